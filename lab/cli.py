@@ -1,0 +1,241 @@
+"""The command line: each stage callable alone, like kunit.py."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import json
+import subprocess
+import os
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+from . import build, deps, guest, ktap, results, splat, suites, tree
+from .common import REPO, LabError, cache_dir, info, step, warn
+
+
+def kernel_src(name: str, force: bool = False):
+    return tree.ensure_vanilla() if name == "vanilla" else tree.ensure_patched(force)
+
+
+def cmd_tree(args) -> int:
+    src = tree.ensure_patched(force=args.force)
+    st = tree.status()
+    print(f"work tree: {src}")
+    print(f"base: tag {tree.BASE_TAG}; series: {len(tree.series())} patches; "
+          f"{'in sync with patches/' if st.clean else 'NOT in sync with patches/'}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    files = tree.export()
+    for f in files:
+        print(f"patches/{f.name}")
+    print(f"{len(files)} patches written; commit patches/ in the repo")
+    return 0
+
+
+def cmd_status(args) -> int:
+    st = tree.status()
+    if not st.exists:
+        print("no work tree (run `ptlab tree`): nothing to lose")
+        return 0
+    for l in st.unexported:
+        print(l)
+    if st.behind:
+        print("patches/ has changed since the tree was synced: `ptlab tree` re-applies it")
+    if st.unexported:
+        print(f"{tree.src_dir('patched')}: work not in patches/; `ptlab export` and commit")
+        return 1
+    if not st.behind:
+        print("work tree and patches/ are in sync")
+    return 0
+
+
+def cmd_build(args) -> int:
+    deps.ensure_apt()
+    for name in args.kernel:
+        src = kernel_src(name)
+        vmlinux = build.build_kernel(src, tree.kernel_dir(name), args.profile)
+        print(vmlinux)
+    return 0
+
+
+def _run_dir(kind: str) -> Path:
+    d = cache_dir() / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}"
+    d.mkdir(parents=True, exist_ok=True)
+    latest = cache_dir() / "runs" / "latest"
+    if latest.is_symlink() or latest.exists():
+        latest.unlink()
+    latest.symlink_to(d.name)
+    return d
+
+
+def run_unit_tests(run_dir) -> Counter:
+    """The lab's own unit tests (pytest, in the lab's venv)."""
+    py = deps.venv_python()
+    step("lab unit tests (pytest lab/tests)")
+    xml = run_dir / "pytest.xml"
+    proc = subprocess.run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           f"--junitxml={xml}", str(REPO / "lab" / "tests")],
+                          cwd=REPO, capture_output=True, text=True)
+    if not xml.exists():
+        raise LabError("pytest did not run", details=proc.stdout[-2000:] + proc.stderr[-2000:])
+    suite = ET.parse(xml).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    bad = n["failures"] + n["errors"]
+    info(f"{n['tests'] - bad - n['skipped']} passed, {bad} failed, {n['skipped']} skipped")
+    if bad:
+        print(proc.stdout[-4000:])
+    return Counter({"pass": n["tests"] - bad - n["skipped"], "fail": bad,
+                                       "skip": n["skipped"]})
+
+
+def prepare(kernel: str, profile: str, force_tree: bool):
+    """Everything a boot needs: (vmlinux, selftest dir, our guest programs)."""
+    deps.ensure_apt()
+    patched = tree.ensure_patched(force=force_tree)
+    src = tree.ensure_vanilla() if kernel == "vanilla" else patched
+    vmlinux = build.build_kernel(src, tree.kernel_dir(kernel), profile)
+    # tools/ does not change the kernel: both kernels run the patched tree's selftests
+    st_dir = build.build_selftests(patched, tree.kernel_dir("patched"))
+    ours = build.build_guest_programs(patched, tree.kernel_dir("patched"))
+    return vmlinux, st_dir, ours
+
+
+def _binaries(tests, st_dir, ours):
+    bins, missing = [], []
+    for t in tests:
+        path = (ours if t.suite == "ptlab" else st_dir) / t.argv[0]
+        (bins if path.exists() else missing).append(path)
+    if missing:
+        raise LabError("test binaries missing: " + ", ".join(p.name for p in missing),
+                       hint="see the selftests build log in " + str(st_dir.parent.parent))
+    return sorted(set(bins))
+
+
+def _one_liner(r: guest.TestRun) -> None:
+    c = Counter(x.status for x in ktap.parse(r.output).cases)
+    summary = ", ".join(f"{v} {k}" for k, v in sorted(c.items())) or "no TAP"
+    print(f"        {r.suite}/{r.test}: {summary}; exit {r.rc}, {r.secs:.0f} s", flush=True)
+
+
+def cmd_test(args) -> int:
+    kernel = "vanilla" if args.vanilla else "patched"
+    if args.record_baseline and kernel != "vanilla":
+        raise LabError("--record-baseline records the vanilla kernel's results",
+                       hint="ptlab test --vanilla --record-baseline")
+    run_dir = _run_dir(f"test-{kernel}")
+    extra = Counter()
+    if not args.no_unit and not args.only:
+        extra = run_unit_tests(run_dir)
+    tests = suites.select(args.only)
+    vmlinux, st_dir, ours = prepare(kernel, args.profile, force_tree=bool(os.environ.get("CI")))
+    bins = _binaries(tests, st_dir, ours)
+    step(f"boot {kernel} ({args.profile}) and run {len(tests)} test programs; "
+         f"logs in {run_dir}")
+    out = guest.boot(vmlinux, [t.plan() for t in tests], bins, run_dir,
+                     timeout=args.timeout, on_test=_one_liner)
+    info(f"guest: {out.boot}; {out.wall:.0f} s")
+    by_key = {(r.suite, r.test): r for r in out.runs}
+    cases = [c for t in tests for c in results.cases_of(t, by_key.get((t.suite, t.test)))]
+    base = results.load_baseline(args.profile)
+    if base is None and kernel != "vanilla":
+        warn(f"no vanilla baseline {results.baseline_path(args.profile)}: every failure counts")
+    results.judge(cases, (base or {}).get("tests"))
+    for s in out.splats:
+        cases.append(results.Case("console", "splat", s.title, "error", verdict="fail",
+                                  note=f"{s.kind} at console.log:{s.line}"))
+    secs = Counter()
+    for r in out.runs:
+        secs[r.suite] += r.secs
+    (run_dir / "cases.json").write_text(json.dumps([c.__dict__ for c in cases], indent=1))
+
+    print()
+    print(results.suite_table(cases, secs))
+    if extra:
+        print(f"{'lab unit tests (pytest)':24} {extra['pass']:7} {extra['fail']:7} "
+              f"{extra['skip']:8}")
+    bad = results.problems(cases)
+    if bad:
+        print("\n" + bad)
+    if out.splats:
+        print(f"\nthe console shows {len(out.splats)} splat(s) ({out.console}):")
+        print(splat.format_report(out.splats))
+    if not out.finished:
+        print(f"\nthe guest did not finish the plan; console: {out.console}")
+    if args.record_baseline:
+        if not out.ok:
+            raise LabError("not recording a baseline from a run with splats or a crash")
+        meta = {"kernel": f"vanilla {tree.kernel_version(tree.src_dir('vanilla'))}",
+                "profile": args.profile, "accel": guest.probe_accel(vmlinux)}
+        print(f"\nbaseline written: {results.record_baseline(args.profile, cases, meta)}")
+    print(f"\nlogs: {run_dir}")
+    print(results.closing_line(cases, extra))
+    failed = any(c.verdict == "fail" for c in cases) or extra["fail"] or not out.ok
+    return 1 if failed else 0
+
+
+def cmd_shell(args) -> int:
+    kernel = "vanilla" if args.vanilla else "patched"
+    vmlinux, st_dir, ours = prepare(kernel, args.profile, force_tree=False)
+    bins = _binaries(suites.ALL, st_dir, ours)
+    return guest.shell(vmlinux, bins, _run_dir(f"shell-{kernel}"))
+
+
+def cmd_bench(args) -> int:
+    print("no benchmarks yet (see the benchmark issue); `ptlab test` runs the tests")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="ptlab", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("tree", help="create the kernel work tree or re-apply patches/")
+    s.add_argument("--force", action="store_true",
+                   help="re-apply patches/ even over unexported work (saved on a branch)")
+    s.set_defaults(fn=cmd_tree)
+    s = sub.add_parser("export", help="write the work tree's commits to patches/")
+    s.set_defaults(fn=cmd_export)
+    s = sub.add_parser("status", help="fail if the work tree holds work not in patches/")
+    s.set_defaults(fn=cmd_status)
+    s = sub.add_parser("build", help="configure and build kernels")
+    s.add_argument("--profile", default="debug", choices=("debug", "perf"))
+    s.add_argument("kernel", nargs="*", default=["patched"], choices=tree.KERNELS)
+    s.set_defaults(fn=cmd_build)
+
+    s = sub.add_parser("test", help="build, boot and run the tests (the README's command)")
+    s.add_argument("only", nargs="*", metavar="SUITE|TEST",
+                   help="run only these suites or tests (default: all); "
+                        "suites: " + ", ".join(suites.suites()))
+    s.add_argument("--vanilla", action="store_true", help="test the vanilla kernel")
+    s.add_argument("--profile", default="debug", choices=("debug", "perf"))
+    s.add_argument("--record-baseline", action="store_true",
+                   help="with --vanilla: write the results to baseline/")
+    s.add_argument("--no-unit", action="store_true", help="skip the lab's pytest unit tests")
+    s.add_argument("--timeout", type=int, default=3600, help="whole guest run, seconds")
+    s.set_defaults(fn=cmd_test)
+    s = sub.add_parser("shell", help="boot the test kernel with a shell on this terminal")
+    s.add_argument("--vanilla", action="store_true")
+    s.add_argument("--profile", default="debug", choices=("debug", "perf"))
+    s.set_defaults(fn=cmd_shell)
+    s = sub.add_parser("bench", help="benchmarks, vanilla vs patched")
+    s.set_defaults(fn=cmd_bench)
+
+    args = p.parse_args(argv)
+    try:
+        return args.fn(args)
+    except LabError as e:
+        print(f"\nptlab: error: {e.message}", file=sys.stderr)
+        if e.details:
+            print("  " + e.details.replace("\n", "\n  "), file=sys.stderr)
+        if e.hint:
+            print(f"hint: {e.hint}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nptlab: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,81 @@
+"""Install what the lab needs on a Debian 12 host: apt packages, and a venv
+for the few Python packages (pytest, matplotlib) the lab itself does not
+import. Idempotent: a second call costs one dpkg-query."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .common import SetupError, cache_dir, info, run, step
+
+KERNEL_SOURCE_PKG = "linux-source-6.12"
+KERNEL_SOURCE_VERSION = "6.12.117-1~deb12u1"   # the series is made for this one
+
+APT_BUILD = ["build-essential", "flex", "bison", "bc", "libelf-dev", "libssl-dev",
+             "dwarves", "cpio", "ccache", "xz-utils", "rsync", "kmod", "git",
+             "python3-venv"]
+APT_SELFTESTS = ["libnuma-dev", "libcap-dev", "liburing-dev"]
+APT_GUEST = ["qemu-system-x86", "busybox-static", "bash-static", "stress-ng", "numactl"]
+APT_ALL = APT_BUILD + APT_SELFTESTS + APT_GUEST
+
+PIP_PACKAGES = ["pytest", "matplotlib"]
+
+
+def _missing_apt(pkgs: list[str]) -> list[str]:
+    out = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Status}\n", *pkgs],
+                         capture_output=True, text=True).stdout
+    ok = {l.split()[0] for l in out.splitlines() if l.endswith(" installed")}
+    return [p for p in pkgs if p not in ok]
+
+
+def _apt_install(pkgs: list[str]) -> None:
+    if os.geteuid() != 0:
+        raise SetupError(f"missing Debian packages: {' '.join(pkgs)}",
+                         hint=f"run as root, or: sudo apt-get install {' '.join(pkgs)}")
+    step(f"apt-get install {' '.join(pkgs)}")
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    run(["apt-get", "update", "-qq"], env=env, err=SetupError, what="apt-get update")
+    run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *pkgs], env=env,
+        err=SetupError, what="apt-get install")
+
+
+def ensure_apt(pkgs: list[str] = APT_ALL) -> None:
+    missing = _missing_apt(pkgs + [KERNEL_SOURCE_PKG])
+    if not missing:
+        return
+    if KERNEL_SOURCE_PKG in missing:
+        missing.remove(KERNEL_SOURCE_PKG)
+        _apt_install(missing + [f"{KERNEL_SOURCE_PKG}={KERNEL_SOURCE_VERSION}"]) \
+            if _version_available() else _apt_install(missing + [KERNEL_SOURCE_PKG])
+    else:
+        _apt_install(missing)
+
+
+def _version_available() -> bool:
+    subprocess.run(["apt-get", "update", "-qq"], capture_output=True)
+    out = subprocess.run(["apt-cache", "madison", KERNEL_SOURCE_PKG],
+                         capture_output=True, text=True).stdout
+    return KERNEL_SOURCE_VERSION in out
+
+
+def venv_python() -> Path:
+    """A venv in the cache with PIP_PACKAGES; returns its python."""
+    venv = cache_dir() / "venv"
+    py = venv / "bin" / "python"
+    stamp = venv / ".ptlab-packages"
+    if py.exists() and stamp.exists() and stamp.read_text().split() == PIP_PACKAGES:
+        return py
+    step(f"python venv with {' '.join(PIP_PACKAGES)} in {venv}")
+    base = shutil.which("python3") or sys.executable
+    proc = subprocess.run([base, "-m", "venv", str(venv)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SetupError("cannot create a python venv",
+                         hint="apt-get install python3-venv", details=proc.stderr)
+    run([str(py), "-m", "pip", "install", "-q", *PIP_PACKAGES], err=SetupError,
+        what="pip install")
+    stamp.write_text(" ".join(PIP_PACKAGES))
+    info(f"installed {' '.join(PIP_PACKAGES)}")
+    return py

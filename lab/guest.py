@@ -1,0 +1,215 @@
+"""Boot a kernel under QEMU with an initramfs of static test programs.
+
+The initramfs holds busybox, bash, our init (lab/guest/init), the plan
+(one test a line), the test binaries and the host's stress-ng and numactl
+with their shared libraries. The console (ttyS0) goes to console.log and is
+scanned for splats; the results channel (ttyS1) carries each test's output
+between PTLAB-BEGIN/END markers and the final PTLAB-DONE.
+
+Why not virtme-ng: it boots the host's root over 9p (~9 s per boot under
+TCG against ~1.5 s here, measured in lab-notes.md), needs extra kernel
+options (a different option set means another full build), and makes
+the guest's file I/O go to the host; the benchmarks boot many times and
+want a guest whose memory is all its own. See the README.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import splat
+from .common import GuestError, Progress, cache_dir, info, run, step, warn
+from .qemu_config import DEFAULT, Machine
+
+INIT = Path(__file__).resolve().parent / "guest" / "init"
+HOST_TOOLS = ("stress-ng", "numactl", "migratepages")
+
+
+@dataclass
+class PlanItem:
+    suite: str
+    test: str
+    timeout: int
+    argv: list[str]
+
+    def line(self) -> str:
+        return f"{self.suite} {self.test} {self.timeout} {' '.join(self.argv)}"
+
+
+@dataclass
+class TestRun:
+    suite: str
+    test: str
+    output: list[str] = field(default_factory=list)
+    rc: int | None = None
+    secs: float = 0.0
+
+
+@dataclass
+class Outcome:
+    runs: list[TestRun]
+    finished: bool          # PTLAB-DONE seen: the guest ran the whole plan
+    splats: list[splat.Splat]
+    console: Path
+    results: Path
+    boot: str
+    wall: float
+
+    @property
+    def ok(self) -> bool:
+        return self.finished and not self.splats
+
+
+def _copy_with_libs(binary: str, root: Path) -> None:
+    path = shutil.which(binary)
+    if not path:
+        return
+    files = [path]
+    ldd = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
+    files += re.findall(r"(/\S+) \(0x", ldd)
+    for f in files:
+        dst = root / f.lstrip("/")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(os.path.realpath(f), dst)
+
+
+def make_initramfs(workdir: Path, plan: list[PlanItem], bins: list[Path],
+                   shell: bool = False) -> Path:
+    """Write workdir/root.cpio (newc, uncompressed) and return it."""
+    root = workdir / "root"
+    shutil.rmtree(root, ignore_errors=True)
+    for d in ("bin", "sbin", "usr/bin", "ptlab/bin", "lib64"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    shutil.copy2("/bin/busybox", root / "bin/busybox")
+    shutil.copy2("/bin/bash-static", root / "bin/bash")
+    shutil.copy2(INIT, root / "init")
+    for b in bins:
+        shutil.copy2(b, root / "ptlab/bin" / b.name)
+    for tool in HOST_TOOLS:
+        _copy_with_libs(tool, root)
+    (root / "ptlab/plan").write_text("".join(p.line() + "\n" for p in plan))
+    if shell:
+        (root / "ptlab/shell").write_text("")
+    cpio = workdir / "root.cpio"
+    files = subprocess.run(["find", "."], cwd=root, capture_output=True, text=True).stdout
+    with open(cpio, "wb") as out:
+        subprocess.run(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, input=files.encode(),
+                       stdout=out, check=True)
+    return cpio
+
+
+def probe_accel(vmlinux: Path) -> str:
+    """'kvm' if a probe boot under KVM works on this machine, else 'tcg'.
+    The answer is cached per machine (PTLAB_ACCEL overrides it)."""
+    forced = os.environ.get("PTLAB_ACCEL")
+    if forced in ("kvm", "tcg"):
+        return forced
+    cached = cache_dir() / "accel"
+    if cached.exists():
+        return cached.read_text().strip()
+    accel = "tcg"
+    if os.access("/dev/kvm", os.R_OK | os.W_OK):
+        step("probe KVM with a short boot (once per machine)")
+        work = cache_dir() / "runs" / "kvm-probe"
+        work.mkdir(parents=True, exist_ok=True)
+        out = boot(vmlinux, [PlanItem("probe", "echo", 10, ["echo", "ok"])], [], work,
+                   accel="kvm", timeout=60, quiet=True)
+        accel = "kvm" if out.ok and out.runs and out.runs[0].rc == 0 else "tcg"
+        info(f"KVM {'works' if accel == 'kvm' else 'does not work here'}: using {accel}")
+    cached.write_text(accel + "\n")
+    return accel
+
+
+def _parse_results(text: str) -> tuple[list[TestRun], bool, str]:
+    runs: list[TestRun] = []
+    cur = None
+    done = False
+    boot = ""
+    for line in text.splitlines():
+        line = line.rstrip("\r")
+        if line.startswith("PTLAB-BOOT "):
+            boot = line[len("PTLAB-BOOT "):]
+        elif line.startswith("PTLAB-BEGIN "):
+            _, suite, test = line.split(maxsplit=2)
+            cur = TestRun(suite, test)
+            runs.append(cur)
+        elif line.startswith("PTLAB-END ") and cur:
+            m = re.search(r"rc=(\d+) secs=([\d.]+)", line)
+            if m:
+                cur.rc, cur.secs = int(m.group(1)), float(m.group(2))
+            cur = None
+        elif line.startswith("PTLAB-DONE"):
+            done = True
+        elif cur:
+            cur.output.append(line)
+    return runs, done, boot
+
+
+def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
+         accel: str | None = None, timeout: int = 3600, machine: Machine = DEFAULT,
+         quiet: bool = False, on_test=None) -> Outcome:
+    """Boot, run the plan, power off. `on_test(run)` is called as each test ends."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cpio = make_initramfs(workdir, plan, bins)
+    accel = accel or probe_accel(vmlinux)
+    console, results = workdir / "console.log", workdir / "results.txt"
+    for f in (console, results):
+        f.write_text("")
+    args = machine.qemu_args(accel, str(vmlinux), str(cpio),
+                             ["-serial", f"file:{console}"], f"file:{results}")
+    (workdir / "qemu-cmdline").write_text(" ".join(args) + "\n")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    prog = Progress(every=20.0)
+    seen = 0
+    timed_out = False
+    while proc.poll() is None:
+        time.sleep(0.5)
+        runs, _, _ = _parse_results(results.read_text(errors="replace"))
+        ended = [r for r in runs if r.rc is not None]
+        for r in ended[seen:]:
+            if on_test:
+                prog.done()
+                on_test(r)
+        seen = len(ended)
+        if not quiet:
+            cur = runs[-1].suite + "/" + runs[-1].test if runs and runs[-1].rc is None else "boot"
+            prog.update(f"guest: {seen}/{len(plan)} tests done, running {cur}, "
+                        f"{int(time.monotonic() - t0)} s")
+        if time.monotonic() - t0 > timeout:
+            timed_out = True
+            proc.kill()
+    prog.done()
+    qemu_out = proc.stdout.read()
+    if proc.returncode not in (0, None) and not timed_out and "qemu" in qemu_out.lower():
+        (workdir / "qemu.log").write_text(qemu_out)
+    runs, done, boot_line = _parse_results(results.read_text(errors="replace"))
+    for r in runs[seen:]:
+        if r.rc is not None and on_test:
+            on_test(r)
+    text = console.read_text(errors="replace")
+    splats = splat.scan(text)
+    if timed_out:
+        warn(f"guest killed after {timeout} s (host timeout)")
+    elif not done and not quiet:
+        warn("guest stopped before the end of the plan (crash or panic?); "
+             f"console: {console}" + (f"; qemu said: {qemu_out.strip()[:300]}" if qemu_out else ""))
+    return Outcome(runs, done, splats, console, results, boot_line,
+                   time.monotonic() - t0)
+
+
+def shell(vmlinux: Path, bins: list[Path], workdir: Path, machine: Machine = DEFAULT) -> int:
+    """Boot with the console on this terminal and a shell instead of the plan."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cpio = make_initramfs(workdir, [], bins, shell=True)
+    accel = probe_accel(vmlinux)
+    args = machine.qemu_args(accel, str(vmlinux), str(cpio), ["-serial", "mon:stdio"],
+                             f"file:{workdir / 'results.txt'}")
+    step(f"boot {vmlinux} ({accel}); Ctrl-A X quits QEMU")
+    return subprocess.call(args)

@@ -1,0 +1,129 @@
+"""From guest output to per-case verdicts against the recorded vanilla
+baseline, and the tables `ptlab test` prints."""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import ktap
+from .common import BASELINE_DIR
+from .guest import TestRun
+from .suites import Test
+
+GOOD = ("pass", "xfail")
+BAD = ("fail", "error", "xpass")
+KILLED = 137        # timeout -s KILL
+
+
+@dataclass
+class Case:
+    suite: str
+    test: str
+    name: str
+    status: str             # pass fail skip xfail xpass error
+    detail: str = ""
+    vanilla: str | None = None
+    verdict: str = ""       # pass fail skip known
+    note: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.suite}/{self.test}"
+
+
+def cases_of(t: Test, run: TestRun | None) -> list[Case]:
+    """The cases one test binary reported, plus synthetic ones for what its
+    exit status says and its TAP did not (crash, timeout, no TAP at all)."""
+    mk = lambda name, status, detail="": Case(t.suite, t.test, name, status, detail)  # noqa
+    if run is None or run.rc is None:
+        return [mk("<run>", "error", "not run to the end: the guest stopped")]
+    parsed = ktap.parse(run.output)
+    out = [mk(name, c.status, c.detail) for name, c in ktap.unique_names(parsed.cases)]
+    if run.rc == KILLED:
+        out.append(mk("<run>", "error", f"killed after the {t.timeout} s timeout"))
+    elif not out:
+        status = {0: "pass", 4: "skip"}.get(run.rc, "fail")
+        out.append(mk("<run>", status, f"exit status {run.rc}, no TAP output"))
+    elif run.rc not in (0, 4) and not any(c.status in BAD for c in out):
+        out.append(mk("<run>", "error", f"exit status {run.rc} but no case failed"))
+    return out
+
+
+def judge(cases: list[Case], baseline: dict[str, dict[str, str]] | None) -> None:
+    for c in cases:
+        c.vanilla = (baseline or {}).get(c.key, {}).get(c.name)
+        if c.status in GOOD:
+            c.verdict = "pass"
+        elif c.status == "skip":
+            if c.vanilla in GOOD:
+                c.verdict, c.note = "fail", "skipped here, passes on vanilla"
+            else:
+                c.verdict = "skip"
+        elif c.vanilla in BAD:
+            c.verdict, c.note = "known", "fails on vanilla too"
+        else:
+            c.verdict = "fail"
+            c.note = {None: "not in the vanilla baseline" if baseline else "no baseline"}.get(
+                c.vanilla, f"{c.vanilla} on vanilla")
+
+
+# --- the baseline -------------------------------------------------------
+
+def baseline_path(profile: str) -> Path:
+    return BASELINE_DIR / f"vanilla-{profile}.json"
+
+
+def load_baseline(profile: str) -> dict | None:
+    p = baseline_path(profile)
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def record_baseline(profile: str, cases: list[Case], meta: dict) -> Path:
+    """Merge this run's cases into the baseline file (tests not run keep
+    their recorded results)."""
+    old = load_baseline(profile) or {}
+    tests = old.get("tests", {})
+    for key in {c.key for c in cases}:
+        tests[key] = {c.name: c.status for c in cases if c.key == key}
+    data = {**meta, "recorded": time.strftime("%Y-%m-%d"), "tests": dict(sorted(tests.items()))}
+    BASELINE_DIR.mkdir(exist_ok=True)
+    baseline_path(profile).write_text(json.dumps(data, indent=1) + "\n")
+    return baseline_path(profile)
+
+
+# --- printing -----------------------------------------------------------
+
+def suite_table(cases: list[Case], secs: dict[str, float]) -> str:
+    lines = [f"{'suite':24} {'passed':>7} {'failed':>7} {'skipped':>8} {'known':>6} "
+             f"{'xfail':>6} {'time':>7}"]
+    order = []
+    for c in cases:
+        if c.suite not in order:
+            order.append(c.suite)
+    for s in order:
+        cs = [c for c in cases if c.suite == s]
+        v = Counter(c.verdict for c in cs)
+        xf = sum(c.status == "xfail" for c in cs)
+        lines.append(f"{s:24} {v['pass']:7} {v['fail']:7} {v['skip']:8} {v['known']:6} "
+                     f"{xf:6} {secs.get(s, 0):6.0f}s")
+    return "\n".join(lines)
+
+
+def problems(cases: list[Case], limit: int = 60) -> str:
+    out = []
+    for c in cases:
+        if c.verdict in ("fail", "known"):
+            tag = "FAIL " if c.verdict == "fail" else "known"
+            out.append(f"  {tag} {c.key}: {c.name} [{c.status}]"
+                       + (f" ({c.detail})" if c.detail else "") + (f" -- {c.note}" if c.note else ""))
+    if len(out) > limit:
+        out = out[:limit] + [f"  ... and {len(out) - limit} more"]
+    return "\n".join(out)
+
+
+def closing_line(cases: list[Case], extra: Counter | None = None) -> str:
+    v = Counter(c.verdict for c in cases) + (extra or Counter())
+    return f"{v['pass']} passed, {v['fail']} failed, {v['skip']} skipped"

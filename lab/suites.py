@@ -1,0 +1,84 @@
+"""What `ptlab test` runs in the guest: the upstream mm selftests (a curated
+list in run_vmtests.sh's spirit, each with a timeout sized for TCG and a
+debug kernel) and our own guest tests (tests/guest/*.c)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .guest import PlanItem
+
+
+@dataclass(frozen=True)
+class Test:
+    suite: str
+    test: str        # unique in the suite; the baseline's key with the case name
+    argv: tuple[str, ...]
+    timeout: int     # seconds, killed after that (a hung test fails, the rest still run)
+
+    def plan(self) -> PlanItem:
+        return PlanItem(self.suite, self.test, self.timeout, list(self.argv))
+
+
+def _t(suite: str, *argv: str, timeout: int = 600, test: str = "") -> Test:
+    return Test(suite, test or argv[0], argv, timeout)
+
+
+UPSTREAM = [
+    _t("cow", "cow", timeout=900),
+    _t("uffd-unit-tests", "uffd-unit-tests", timeout=1200),
+    _t("migration", "migration", timeout=900),
+    _t("madv_populate", "madv_populate"),
+    _t("mremap_test", "mremap_test", timeout=900),
+    _t("ksm_functional_tests", "ksm_functional_tests"),
+    _t("pagemap_ioctl", "pagemap_ioctl", timeout=900),
+    _t("khugepaged", "khugepaged", timeout=1200),
+    _t("khugepaged", "khugepaged", "-s", "2", timeout=1200, test="khugepaged-s2"),
+    _t("split_huge_page_test", "split_huge_page_test", timeout=900),
+    _t("hugetlb", "hugepage-mmap"),
+    _t("hugetlb", "hugepage-shm"),
+    _t("hugetlb", "map_hugetlb"),
+    _t("hugetlb", "hugepage-mremap"),
+    _t("hugetlb", "hugepage-vmemmap"),
+    _t("hugetlb", "hugetlb-madvise"),
+    _t("hugetlb", "hugetlb_dio"),
+    _t("hugetlb", "hugetlb_fault_after_madv"),
+    _t("hugetlb", "hugetlb_madv_vs_map"),
+    _t("gup", "gup_longterm"),
+    _t("gup", "gup_test", "-ct", "-F", "0x1", "0", "19", "0x1000", test="gup_test-ct"),
+    _t("misc", "mkdirty"),
+    _t("misc", "soft-dirty"),
+    _t("misc", "mremap_dontunmap"),
+    _t("misc", "map_fixed_noreplace"),
+    _t("misc", "mlock2-tests"),
+    _t("misc", "uffd-stress", "anon", "20", "16", test="uffd-stress-anon"),
+]
+
+# Our own guest tests: tests/guest/<name>.c, built by lab/build.py.
+OURS = [
+    _t("ptlab", "pt_fork", timeout=600),
+]
+
+ALL = UPSTREAM + OURS
+
+
+def suites() -> list[str]:
+    out = []
+    for t in ALL:
+        if t.suite not in out:
+            out.append(t.suite)
+    return out
+
+
+def select(names: list[str]) -> list[Test]:
+    """Pick by suite ("cow"), by test ("hugetlb/map_hugetlb" or "map_hugetlb")."""
+    if not names:
+        return list(ALL)
+    out = []
+    for n in names:
+        hits = [t for t in ALL if n in (t.suite, t.test, f"{t.suite}/{t.test}")]
+        if not hits:
+            from .common import LabError
+            raise LabError(f"no suite or test named {n!r}",
+                           hint="suites: " + ", ".join(suites()))
+        out += [t for t in hits if t not in out]
+    return out

@@ -1,0 +1,229 @@
+"""Kernel source trees: the pristine Debian source ("vanilla") and the git
+work tree with our series applied as commits ("patched").
+
+The repo's patches/ directory (git format-patch files plus a `series` file)
+is the source of truth; the work tree lives in the cache and can vanish.
+In the work tree, tag `ptlab-base` is the pristine source and tag
+`ptlab-exported` marks the commit patches/ was last synced with; the
+sha256 of patches/ at that moment is kept in .git/ptlab-patches.sha256.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import deps
+from .common import PATCHES_DIR, TreeError, cache_dir, info, run, sha256_files, step, warn
+
+BASE_TAG = "ptlab-base"
+SYNC_TAG = "ptlab-exported"
+GIT_ID = {"GIT_AUTHOR_NAME": "ptlab", "GIT_AUTHOR_EMAIL": "ptlab@localhost",
+          "GIT_COMMITTER_NAME": "ptlab", "GIT_COMMITTER_EMAIL": "ptlab@localhost"}
+KERNELS = ("vanilla", "patched")
+
+
+def kernel_dir(name: str) -> Path:
+    return cache_dir() / "kernels" / name
+
+
+def src_dir(name: str) -> Path:
+    return kernel_dir(name) / "linux"
+
+
+def _git(tree: Path, *args: str, check: bool = True) -> str:
+    env = {**GIT_ID, "GIT_COMMITTER_DATE": "2024-11-17T00:00:00Z"}
+    return run(["git", "-C", str(tree), *args], env=env, check=check, err=TreeError,
+               what=f"git {args[0]}").stdout.strip()
+
+
+def source_tarball() -> tuple[Path, str]:
+    """The installed linux-source tarball and the Debian package version."""
+    deps.ensure_apt()
+    ver = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", deps.KERNEL_SOURCE_PKG],
+                         capture_output=True, text=True).stdout.strip()
+    files = subprocess.run(["dpkg", "-L", deps.KERNEL_SOURCE_PKG],
+                           capture_output=True, text=True).stdout.split()
+    tars = [Path(f) for f in files if f.endswith(".tar.xz")]
+    if not tars:
+        raise TreeError(f"{deps.KERNEL_SOURCE_PKG} installs no tarball",
+                        hint=f"apt-get install --reinstall {deps.KERNEL_SOURCE_PKG}")
+    if ver != deps.KERNEL_SOURCE_VERSION:
+        warn(f"{deps.KERNEL_SOURCE_PKG} is {ver}; the series is made for "
+             f"{deps.KERNEL_SOURCE_VERSION}")
+    return tars[0], ver
+
+
+def kernel_version(src: Path) -> str:
+    text = (src / "Makefile").read_text(errors="replace")
+    get = lambda k: re.search(rf"^{k} = (\S*)", text, re.M).group(1)  # noqa: E731
+    return f"{get('VERSION')}.{get('PATCHLEVEL')}.{get('SUBLEVEL')}"
+
+
+def _extract(dest: Path) -> str:
+    tar, debver = source_tarball()
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    step(f"extract {tar.name} ({debver}) to {dest}")
+    run(["tar", "-xf", str(tar), "-C", str(tmp), "--strip-components=1"], err=TreeError,
+        what="tar")
+    (tmp / ".ptlab-source").write_text(f"{deps.KERNEL_SOURCE_PKG} {debver}\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return debver
+
+
+def ensure_vanilla() -> Path:
+    """The pristine source, extracted once."""
+    src = src_dir("vanilla")
+    if not (src / ".ptlab-source").exists():
+        _extract(src)
+    return src
+
+
+# --- the series -------------------------------------------------------------
+
+def series() -> list[Path]:
+    path = PATCHES_DIR / "series"
+    if not path.exists():
+        return []
+    names = [l.split("#")[0].strip() for l in path.read_text().splitlines()]
+    out = [PATCHES_DIR / n for n in names if n]
+    for p in out:
+        if not p.exists():
+            raise TreeError(f"patches/series names {p.name}, which does not exist")
+    return out
+
+
+def patches_hash() -> str:
+    return sha256_files([PATCHES_DIR / "series", *series()])
+
+
+def _hash_file(src: Path) -> Path:
+    return src / ".git" / "ptlab-patches.sha256"
+
+
+def _mark_synced(src: Path) -> None:
+    _git(src, "tag", "-f", SYNC_TAG, "HEAD")
+    _hash_file(src).write_text(patches_hash() + "\n")
+
+
+def _apply_series(src: Path) -> None:
+    pats = series()
+    version = kernel_version(src)
+    for i, p in enumerate(pats, 1):
+        proc = run(["git", "-C", str(src), "am", "--keep-cr", str(p)], env=GIT_ID,
+                   check=False, err=TreeError)
+        if proc.returncode != 0:
+            files = sorted(set(re.findall(r"(?:patch failed|error): ([^:\s]+)", proc.stdout)))
+            _git(src, "am", "--abort", check=False)
+            raise TreeError(
+                f"patch {i}/{len(pats)} {p.name} does not apply to Linux {version}"
+                + (f" (in {', '.join(files)})" if files else ""),
+                hint=f"the series is made for {deps.KERNEL_SOURCE_VERSION}; "
+                     "rebase that patch in the work tree, then `ptlab export`",
+                details=proc.stdout.strip())
+    info(f"applied {len(pats)} patches on Linux {version}")
+
+
+def _create_worktree(src: Path) -> None:
+    debver = _extract(src)
+    step("git: commit the pristine source as the base")
+    _git(src, "init", "-q", "-b", "ptlab")
+    _git(src, "config", "core.autocrlf", "false")
+    _git(src, "add", "-A", "-f")
+    _git(src, "commit", "-q", "-m",
+         f"Linux {kernel_version(src)} ({deps.KERNEL_SOURCE_PKG} {debver})")
+    _git(src, "tag", BASE_TAG)
+
+
+@dataclass
+class Status:
+    exists: bool
+    unexported: list[str]   # commits or edits that patches/ does not have
+    behind: bool            # patches/ changed since the tree was synced
+
+    @property
+    def clean(self) -> bool:
+        return self.exists and not self.unexported and not self.behind
+
+
+def status() -> Status:
+    src = src_dir("patched")
+    if not (src / ".git").exists() or not _hash_file(src).exists():
+        return Status(False, [], True)
+    lines = []
+    new = _git(src, "log", "--format=%h %s", f"{SYNC_TAG}..HEAD")
+    if new:
+        lines += [f"commit not exported: {l}" for l in new.splitlines()]
+    gone = _git(src, "log", "--format=%h %s", f"HEAD..{SYNC_TAG}")
+    if gone:
+        lines += [f"exported commit no longer in the tree: {l}" for l in gone.splitlines()]
+    dirty = _git(src, "status", "--porcelain", "--untracked-files=normal")
+    lines += [f"uncommitted: {l}" for l in dirty.splitlines()]
+    behind = _hash_file(src).read_text().strip() != patches_hash()
+    return Status(True, lines, behind)
+
+
+def ensure_patched(force: bool = False) -> Path:
+    """Create the work tree, or bring it in line with patches/.
+
+    A tree holding work that is not in patches/ is left alone (the caller
+    builds it as it is) unless `force`, which first saves that work on a
+    branch so nothing is lost."""
+    src = src_dir("patched")
+    st = status()
+    if not st.exists:
+        if (src / ".git").exists() and _git(src, "tag", "-l", BASE_TAG, check=False):
+            step("work tree: apply the series")
+        else:
+            _create_worktree(src)
+        _apply_series(src)
+        _mark_synced(src)
+        return src
+    if st.unexported:
+        if not force:
+            warn("the work tree has work that is not in patches/; using it as it is:")
+            for l in st.unexported[:10]:
+                info(l)
+            return src
+        branch = f"ptlab-saved-{time.strftime('%Y%m%d-%H%M%S')}"
+        _git(src, "add", "-A")
+        _git(src, "commit", "-q", "-m", "ptlab: uncommitted work saved", check=False)
+        _git(src, "branch", branch)
+        warn(f"work not in patches/ saved on branch {branch} of {src}")
+    elif not st.behind:
+        return src
+    step("work tree: re-apply patches/")
+    _git(src, "checkout", "-q", "-B", "ptlab", BASE_TAG)
+    _git(src, "reset", "-q", "--hard", BASE_TAG)
+    _git(src, "clean", "-q", "-fdx")
+    _apply_series(src)
+    _mark_synced(src)
+    return src
+
+
+def export() -> list[Path]:
+    """Write the work tree's commits over the base to patches/."""
+    src = src_dir("patched")
+    if not (src / ".git").exists():
+        raise TreeError("no work tree yet", hint="ptlab tree")
+    dirty = _git(src, "status", "--porcelain", "--untracked-files=normal")
+    if dirty:
+        raise TreeError("the work tree has uncommitted edits; commit them first",
+                        details=dirty)
+    for p in series():
+        p.unlink()
+    PATCHES_DIR.mkdir(exist_ok=True)
+    out = _git(src, "format-patch", "--zero-commit", "--no-signature",
+               "-o", str(PATCHES_DIR), f"{BASE_TAG}..HEAD")
+    files = [Path(l) for l in out.splitlines() if l.strip()]
+    (PATCHES_DIR / "series").write_text(
+        "# applied in this order on linux-source-6.12 (see README)\n"
+        + "".join(f"{f.name}\n" for f in files))
+    _mark_synced(src)
+    return files
