@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Parse the KTAP/TAP output of one kselftest binary.
+
+Formats follow tools/testing/selftests/kselftest.h and kselftest_harness.h:
+
+  TAP version 13                  (omitted when KSFT_TAP_LEVEL is set)
+  1..N                            (1..0 # SKIP reason: whole binary skipped)
+  # [RUN] Basic COW after fork() ... with base page
+  ok 1 No leak from parent into child
+  ok 2 # SKIP MADV_PAGEOUT did not work, is swap enabled?
+  ok 3 # XFAIL Leak from child into parent
+  not ok 4 # error reason
+  ok 5 fixture.variant.test # SKIP reason   (harness, " #  msg" otherwise)
+  Bail out! mmap failed
+  # Totals: pass:1 fail:0 xfail:1 xpass:0 skip:1 error:1
+
+Only the top level is parsed; nested output ("# ok 1 ...", indented KTAP
+subtests) is treated as diagnostics.  The prefix in front of the first
+"TAP version"/"KTAP version" line is stripped from all following lines.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+STATUSES = ("pass", "fail", "skip", "xfail", "xpass", "error")
+
+
+@dataclass
+class Case:
+    """One test result line."""
+    name: str          # description after "ok N ", "- " and directive removed
+    status: str        # one of STATUSES
+    detail: str = ""   # directive reason, or what went wrong for "error"
+    context: str = ""  # last "# [RUN] ..." diagnostic seen before this result
+
+
+@dataclass
+class Result:
+    """Everything parsed from one binary's output."""
+    cases: list[Case] = field(default_factory=list)
+    planned: int | None = None
+    totals_line: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+_TIMESTAMP = re.compile(r'^(?:<\d>)?\[\s*\d+\.\d+\](?:\[\s*[CT]\d+\])? ?')
+_ANSI = re.compile(r'\x1b\[[0-9;?]*[A-Za-z]')
+_HEADER = re.compile(r'K?TAP version \d+\s*$')
+_PLAN = re.compile(r'^1\.\.(\d+)\s*(?:#\s*(.*))?$')
+_RESULT = re.compile(r'^(not ok|ok)\s+(\d+)(?:\s+(.*))?$')
+_DIRECTIVE_SEP = re.compile(r'(?:^|\s)#(?:\s+|$)')
+_DIRECTIVE = re.compile(r'(SKIP|TODO|XFAIL|XPASS|ERROR)\b[:\s]*(.*)$', re.I)
+_BAIL = re.compile(r'^Bail out!\s*(.*)$')
+_TOTALS = re.compile(r'^#\s*Totals:\s*(.*)$')
+_RUN = re.compile(r'^#\s*(\[RUN\].*)$')
+
+
+def _clean(lines: Iterable[str]) -> Iterable[str]:
+    """Split on \\r, drop escape sequences and kernel timestamps."""
+    for raw in lines:
+        for part in raw.rstrip('\r\n').split('\r'):
+            yield _TIMESTAMP.sub('', _ANSI.sub('', part)).rstrip()
+
+
+def _result_case(ok: bool, num: int, desc: str) -> Case:
+    """Build a Case from the text after "ok N"."""
+    desc = desc.strip()
+    if desc.startswith('- '):
+        desc = desc[2:].lstrip()
+    name, directive = desc, ''
+    m = _DIRECTIVE_SEP.search(desc)
+    if m:
+        name, directive = desc[:m.start()].strip(), desc[m.end():].strip()
+    status, detail = ('pass' if ok else 'fail'), directive
+    d = _DIRECTIVE.match(directive)
+    if d:
+        word, detail = d.group(1).upper(), d.group(2).strip()
+        if word == 'TODO':
+            status = 'xpass' if ok else 'xfail'
+        else:
+            status = word.lower()
+    if not name:
+        name = detail or f'<unnamed {num}>'
+    return Case(name, status, detail)
+
+
+def parse(lines: Iterable[str]) -> Result:
+    """Parse kselftest output (an iterable of lines, or one string)."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    res = Result()
+    real: list[Case] = []         # cases backed by an "ok"/"not ok" line
+    prefix: str | None = None     # None until the TAP stream starts
+    bailed = False
+    context = ''
+    for line in _clean(lines):
+        if prefix is None:
+            if m := _HEADER.search(line):
+                prefix = line[:m.start()]
+                continue
+            if not any(r.match(line) for r in (_PLAN, _RESULT, _BAIL)):
+                continue  # garbage before the TAP stream
+            prefix = ''
+        line = line[len(prefix):]
+        if _HEADER.match(line):
+            continue
+        if m := _RESULT.match(line):
+            num = int(m.group(2))
+            if num != len(real) + 1:
+                res.problems.append(f'expected case {len(real) + 1}, got {num}')
+            case = _result_case(m.group(1) == 'ok', num, m.group(3) or '')
+            case.context = context
+            real.append(case)
+            res.cases.append(case)
+        elif m := _PLAN.match(line):
+            if res.planned is not None:
+                res.problems.append(f'duplicate plan: {line}')
+                continue
+            res.planned = int(m.group(1))
+            if res.planned == 0 and m.group(2):  # "1..0 # SKIP reason"
+                d = _DIRECTIVE.match(m.group(2))
+                reason = (d.group(2) if d else m.group(2)).strip()
+                res.cases.append(Case(reason or '<skipped>', 'skip', reason))
+        elif m := _BAIL.match(line):
+            bailed = True
+            msg = m.group(1).strip()
+            res.problems.append(f'bail out: {msg}' if msg else 'bail out')
+            res.cases.append(Case('<bail out>', 'error', msg, context))
+        elif _TOTALS.match(line):
+            res.totals_line = line.strip()
+        elif m := _RUN.match(line):
+            context = m.group(1).strip()
+    _check(res, real, prefix is not None, bailed)
+    return res
+
+
+def _check(res: Result, real: list[Case], seen_tap: bool,
+           bailed: bool) -> None:
+    """Note missing/inconsistent output; only missing planned cases (and
+    Bail out!) become error cases, so output without TAP yields no cases."""
+    if not seen_tap:
+        res.problems.append('no TAP output')
+        return
+    if res.planned is None:
+        if not res.cases:
+            res.problems.append('no plan and no results')
+    elif len(real) != res.planned and not (res.planned == 0 and res.cases):
+        msg = f'planned {res.planned} cases, saw {len(real)}'
+        res.problems.append(msg)
+        missing = res.planned - len(real)
+        if missing > 0 and not bailed:
+            after = f" after '{unique_names(real)[-1][0]}'" if real else ''
+            res.cases.append(Case(f'<missing {missing} cases{after}>',
+                                  'error', msg))
+    if res.totals_line:
+        counts = dict(re.findall(r'(\w+):(\d+)', res.totals_line))
+        for st in STATUSES:
+            n = sum(c.status == st for c in real)
+            if st in counts and int(counts[st]) != n:
+                res.problems.append(f'totals say {st}:{counts[st]}, saw {n}')
+
+
+def unique_names(cases: Iterable[Case]) -> list[tuple[str, Case]]:
+    """Pair each case with a unique name: repeats get " #2", " #3", ..."""
+    seen: dict[str, int] = {}
+    out = []
+    for c in cases:
+        seen[c.name] = seen.get(c.name, 0) + 1
+        n = seen[c.name]
+        out.append((c.name if n == 1 else f'{c.name} #{n}', c))
+    return out
