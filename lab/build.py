@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from . import kconfig
-from .common import (GUEST_TESTS_DIR, BuildError, Progress, cache_dir, info, jobs, run,
+from .common import (BENCH_DIR, GUEST_TESTS_DIR, BuildError, Progress, cache_dir, info, jobs, run,
                      step)
 
 # Fixed so that a fresh tree at a new place, or another machine, hits the cache.
@@ -117,20 +117,24 @@ def build_selftests(src: Path, kernel_dir: Path) -> Path:
     return bins
 
 
+GUEST_SOURCE_DIRS = (GUEST_TESTS_DIR, BENCH_DIR)
+
+
 def build_guest_programs(src: Path, kernel_dir: Path) -> Path:
-    """Our own tests and benchmarks (tests/guest/*.c), static, against the
-    tree's uapi headers and kselftest_harness.h."""
+    """Our own guest tests (tests/guest/*.c) and benchmarks (bench/*.c), static,
+    against the tree's uapi headers and kselftest_harness.h."""
     out = kernel_dir / "guest-bin"
     out.mkdir(parents=True, exist_ok=True)
     hdr = kernel_dir / "selftests" / "usr" / "include"
-    for c in sorted(GUEST_TESTS_DIR.glob("*.c")):
-        exe = out / c.stem
-        deps = [c, *GUEST_TESTS_DIR.glob("*.h")]
-        if exe.exists() and all(d.stat().st_mtime < exe.stat().st_mtime for d in deps):
-            continue
-        run(["gcc", "-static", "-O2", "-g", "-Wall", "-Werror", "-D_GNU_SOURCE",
-             "-isystem", str(hdr), "-I", str(src / "tools/testing/selftests"),
-             "-I", str(GUEST_TESTS_DIR), str(c), "-o", str(exe), "-lpthread"],
-            err=BuildError, what=f"compile {c.name}")
-        info(f"built {c.name}")
+    for d in GUEST_SOURCE_DIRS:
+        for c in sorted(d.glob("*.c")):
+            exe = out / c.stem
+            deps = [c, *d.glob("*.h")]
+            if exe.exists() and all(x.stat().st_mtime < exe.stat().st_mtime for x in deps):
+                continue
+            run(["gcc", "-static", "-O2", "-g", "-Wall", "-Werror", "-D_GNU_SOURCE",
+                 "-isystem", str(hdr), "-I", str(src / "tools/testing/selftests"),
+                 "-I", str(d), str(c), "-o", str(exe), "-lpthread", "-lnuma"],
+                err=BuildError, what=f"compile {c.relative_to(d.parent)}")
+            info(f"built {c.relative_to(d.parent)}")
     return out

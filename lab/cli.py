@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from . import build, deps, guest, ktap, results, splat, suites, tree
+from . import bench, build, deps, guest, ktap, results, splat, suites, tree
 from .common import REPO, LabError, cache_dir, info, step, warn
 
 
@@ -187,8 +187,9 @@ def cmd_shell(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    print("no benchmarks yet (see the benchmark issue); `ptlab test` runs the tests")
-    return 0
+    outdir = Path(args.out).resolve() if args.out else None
+    sizes = "quick" if args.quick else "full" if args.full else "default"
+    return bench.run_bench(args.a, args.b, args.only, args.reps, sizes, outdir)
 
 
 def main(argv: list[str]) -> int:
@@ -223,7 +224,19 @@ def main(argv: list[str]) -> int:
     s.add_argument("--vanilla", action="store_true")
     s.add_argument("--profile", default="debug", choices=("debug", "perf"))
     s.set_defaults(fn=cmd_shell)
-    s = sub.add_parser("bench", help="benchmarks, vanilla vs patched")
+    s = sub.add_parser("bench", help="benchmarks, vanilla vs patched (the README's command)")
+    s.add_argument("only", nargs="*", metavar="BENCH",
+                   help="benchmarks or variants to run (default: all): "
+                        + ", ".join(bench.GROUPS))
+    s.add_argument("--reps", type=int, default=5, help="boots per kernel (default 5)")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="smallest sizes (a smoke run)")
+    g.add_argument("--full", action="store_true", help="the seed experiments' sizes")
+    s.add_argument("--a", default="vanilla", metavar="KERNEL",
+                   help="kernel A: vanilla (default), patched, or a commit of the work tree")
+    s.add_argument("--b", default="patched", metavar="KERNEL", help="kernel B (default patched)")
+    s.add_argument("--out", metavar="DIR", help="report directory (default: a new one "
+                                                "under the cache's runs/)")
     s.set_defaults(fn=cmd_bench)
 
     args = p.parse_args(argv)

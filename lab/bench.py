@@ -1,0 +1,263 @@
+"""`ptlab bench`: the same benchmarks on two kernels (A, B; by default
+vanilla and patched), perf profile, same guest, interleaved boots
+(A, B, A, B, ...), repeated; a table per benchmark and a report directory
+(report.md, results.json, PNG plots)."""
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import build, deps, guest, tree
+from .common import REPO, LabError, cache_dir, info, step, warn
+
+SIZES = ("quick", "default", "full")
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str                 # variant, the key of results.json
+    group: str                # one of GROUPS
+    argv: tuple[str, ...]
+    timeout: int = 900
+
+
+def _b(name: str, group: str, *argv: str, timeout: int = 900) -> Bench:
+    return Bench(name, group, argv, timeout)
+
+
+BENCHES = [
+    _b("fork", "fork", "bench_fork"),
+    _b("fork-thp", "fork", "bench_fork", "--thp"),
+    _b("pt_reclaim-dontneed", "pt_reclaim", "bench_pt_reclaim"),
+    _b("pt_reclaim-free", "pt_reclaim", "bench_pt_reclaim", "--free"),
+    _b("fault-1proc", "pt_reclaim", "bench_pt_reclaim", "--fault", "--procs", "1"),
+    _b("fault-2proc", "pt_reclaim", "bench_pt_reclaim", "--fault", "--procs", "2"),
+    _b("migrate-0", "migrate", "bench_migrate", "--children", "0"),
+    _b("migrate-1000", "migrate", "bench_migrate", timeout=1800),
+    _b("migrate-1000-mthp64", "migrate", "bench_migrate", "--mthp64", timeout=1800),
+    _b("teardown-4k", "teardown", "bench_teardown", "--folio", "4k"),
+    _b("teardown-64k", "teardown", "bench_teardown", "--folio", "64k"),
+    _b("teardown-2m", "teardown", "bench_teardown", "--folio", "2m"),
+    *[_b(f"uffd-{mode}-{size}", "uffd_compact", "bench_uffd_compact", "--mode", mode,
+         "--move-size", size) for mode in ("copy", "move") for size in ("4k", "64k", "2m")],
+]
+GROUPS = list(dict.fromkeys(b.group for b in BENCHES))
+
+_METRIC = re.compile(r"^metric (\S+) (\S+) (\S+) (lower|higher)\s*$")
+
+
+def select(names: list[str]) -> list[Bench]:
+    if not names:
+        return list(BENCHES)
+    out = [b for b in BENCHES if b.name in names or b.group in names]
+    unknown = [n for n in names if not any(n in (b.name, b.group) for b in BENCHES)]
+    if unknown:
+        raise LabError(f"no benchmark named {', '.join(unknown)}",
+                       hint="benchmarks: " + ", ".join(GROUPS) + "; variants: "
+                            + ", ".join(b.name for b in BENCHES))
+    return out
+
+
+def parse_output(lines: list[str], rc: int | None) -> tuple[dict, str]:
+    """(metrics, error); a run whose verification failed has no metrics."""
+    metrics = {}
+    verified = False
+    for line in lines:
+        m = _METRIC.match(line.strip())
+        if m:
+            metrics[m.group(1)] = (float(m.group(2)), m.group(3), m.group(4))
+        elif line.startswith("verify FAILED"):
+            return {}, line.strip()
+        elif line.strip() == "verify ok":
+            verified = True
+    if rc == 4:
+        skip = next((l for l in lines if l.startswith("# skip")), "# skip")
+        return {}, "skipped: " + skip[2:]
+    if rc != 0 or not verified:
+        return {}, f"exit status {rc}" + ("" if verified else ", no 'verify ok'")
+    return metrics, ""
+
+
+# --- kernels ------------------------------------------------------------
+
+def resolve_kernel(spec: str) -> tuple[str, Path]:
+    """'vanilla', 'patched', or a commit of the work tree (a series revision)."""
+    if spec == "vanilla":
+        return spec, tree.ensure_vanilla()
+    patched = tree.ensure_patched()
+    if spec == "patched":
+        return spec, patched
+    sha = subprocess.run(["git", "-C", str(patched), "rev-parse", "--short=12",
+                          f"{spec}^{{commit}}"], capture_output=True, text=True).stdout.strip()
+    if not sha:
+        raise LabError(f"{spec!r} is neither vanilla, patched nor a commit of the work tree",
+                       hint=f"git -C {patched} log --oneline {tree.BASE_TAG}..")
+    name = f"rev-{sha}"
+    src = tree.src_dir(name)
+    if not (src / ".git").exists():
+        step(f"work tree for {spec} ({sha}) in {src}")
+        src.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "-C", str(patched), "worktree", "add", "-f", "--detach",
+                        str(src), sha], check=True, capture_output=True)
+    return name, src
+
+
+def describe(name: str, src: Path) -> str:
+    if name == "vanilla":
+        return f"vanilla {tree.kernel_version(src)}"
+    desc = subprocess.run(["git", "-C", str(src), "log", "-1", "--format=%h %s"],
+                          capture_output=True, text=True).stdout.strip()
+    n = subprocess.run(["git", "-C", str(src), "rev-list", "--count", f"{tree.BASE_TAG}..HEAD"],
+                       capture_output=True, text=True).stdout.strip()
+    return f"{tree.kernel_version(src)} + {n} patches (HEAD {desc})"
+
+
+# --- statistics and the report ------------------------------------------
+
+def summarize(values: list[float]) -> dict:
+    if not values:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "n": len(values)}
+
+
+def aggregate(runs: dict, benches: list[Bench]) -> dict:
+    """runs[bench][side] = list of (metrics, error) -> results.json's 'benchmarks'."""
+    out = {}
+    for b in benches:
+        entry = {"group": b.group, "argv": list(b.argv), "metrics": {}, "errors": {}}
+        for side in ("a", "b"):
+            errs = [e for _, e in runs[b.name][side] if e]
+            if errs:
+                entry["errors"][side] = errs
+        names = list(dict.fromkeys(m for side in ("a", "b") for ms, _ in runs[b.name][side]
+                                   for m in ms))
+        for m in names:
+            vals = {side: [ms[m][0] for ms, _ in runs[b.name][side] if m in ms]
+                    for side in ("a", "b")}
+            unit, better = next(ms[m][1:] for side in ("a", "b")
+                                for ms, _ in runs[b.name][side] if m in ms)
+            a, bb = summarize(vals["a"]), summarize(vals["b"])
+            ratio = (bb["median"] / a["median"]) if a["median"] and bb["median"] is not None \
+                else None
+            entry["metrics"][m] = {"unit": unit, "better": better, "a": a, "b": bb,
+                                   "ratio": ratio, "values": vals}
+        out[b.name] = entry
+    return out
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if abs(x) >= 1000:
+        return f"{x:.0f}"
+    return f"{x:.3g}" if abs(x) < 10 else f"{x:.1f}"
+
+
+def table(name: str, entry: dict, a: str, b: str) -> str:
+    rows = [f"{name}"]
+    rows.append(f"  {'metric':24} {'unit':6} {a + ' median [min-max]':>28} "
+                f"{b + ' median [min-max]':>28} {'ratio':>7}")
+    for m, e in entry["metrics"].items():
+        cell = lambda s: f"{_fmt(s['median'])} [{_fmt(s['min'])}-{_fmt(s['max'])}]"  # noqa
+        ratio = f"{e['ratio']:.3f}" if e["ratio"] is not None else "-"
+        rows.append(f"  {m:24} {e['unit']:6} {cell(e['a']):>28} {cell(e['b']):>28} "
+                    f"{ratio:>7}  ({e['better']} is better)")
+    for side, errs in entry["errors"].items():
+        rows.append(f"  {side.upper()} runs without a number: {len(errs)}: {errs[0]}")
+    return "\n".join(rows)
+
+
+def write_report(outdir: Path, data: dict) -> None:
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / "results.json").write_text(json.dumps(data, indent=1) + "\n")
+    a, b = data["kernels"]["a"]["name"], data["kernels"]["b"]["name"]
+    md = [f"# ptlab bench: {b} vs {a}", "",
+          f"- A: {data['kernels']['a']['desc']}", f"- B: {data['kernels']['b']['desc']}",
+          f"- profile {data['profile']}, accelerator {data['accel']}, sizes {data['sizes']}, "
+          f"{data['repetitions']} interleaved boots per kernel, {data['date']}",
+          f"- series revision: {data['series_revision']}", "",
+          "ratio = B median / A median; whether lower or higher is better is given per "
+          "metric. Under TCG absolute times mean nothing; compare ratios with the noise "
+          "floor (results/noise-floor/).", ""]
+    for name, entry in data["benchmarks"].items():
+        md += ["```", table(name, entry, "A", "B"), "```", ""]
+        if (outdir / f"{entry['group']}.png").exists() and \
+                f"![{entry['group']}]({entry['group']}.png)" not in md:
+            md += [f"![{entry['group']}]({entry['group']}.png)", ""]
+    (outdir / "report.md").write_text("\n".join(md))
+
+
+def plot(outdir: Path) -> None:
+    py = deps.venv_python()
+    proc = subprocess.run([str(py), str(REPO / "lab" / "plot.py"), str(outdir)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        warn("plots failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1])
+
+
+# --- the command --------------------------------------------------------
+
+def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
+              outdir: Path | None) -> int:
+    deps.ensure_apt()
+    benches = select(names)
+    kernels = {}
+    for side, spec in (("a", a_spec), ("b", b_spec)):
+        name, src = resolve_kernel(spec)
+        vmlinux = build.build_kernel(src, tree.kernel_dir(name), "perf")
+        kernels[side] = {"name": spec, "dir": name, "desc": describe(name, src),
+                         "vmlinux": vmlinux}
+    patched = tree.ensure_patched()
+    build.build_selftests(patched, tree.kernel_dir("patched"))   # the uapi headers
+    bindir = build.build_guest_programs(patched, tree.kernel_dir("patched"))
+    bins = sorted({bindir / b.argv[0] for b in benches})
+    size_arg = {"quick": ["--quick"], "default": [], "full": ["--full"]}[sizes]
+    plan = [guest.PlanItem("bench", b.name, b.timeout * (3 if sizes == "full" else 1),
+                           [*b.argv, *size_arg]) for b in benches]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    outdir = outdir or cache_dir() / "runs" / f"{stamp}-bench"
+    runs = {b.name: {"a": [], "b": []} for b in benches}
+    accel = guest.probe_accel(kernels["a"]["vmlinux"])
+    step(f"{len(benches)} benchmarks x {reps} interleaved boots of A={a_spec} and "
+         f"B={b_spec} (sizes: {sizes}, {accel}); report in {outdir}")
+    for rep in range(1, reps + 1):
+        for side in ("a", "b"):
+            k = kernels[side]
+            step(f"boot {rep}/{reps} of {side.upper()} ({k['name']})")
+
+            def show(r, side=side):
+                ms, err = parse_output(r.output, r.rc)
+                txt = err or ", ".join(f"{m}={_fmt(v[0])}{v[1]}" for m, v in list(ms.items())[:4])
+                info(f"{r.test}: {txt} ({r.secs:.0f} s)")
+
+            out = guest.boot(k["vmlinux"], plan, bins, outdir / f"boot-{rep}-{side}",
+                             accel=accel, on_test=show)
+            by = {r.test: r for r in out.runs}
+            for b in benches:
+                r = by.get(b.name)
+                res = parse_output(r.output, r.rc) if r else ({}, "not run: guest stopped")
+                if out.splats:
+                    res = ({}, f"console splat: {out.splats[0].title}")
+                runs[b.name][side].append(res)
+    data = {"kernels": {s: {k: v for k, v in kernels[s].items() if k != "vmlinux"}
+                        for s in ("a", "b")},
+            "series_revision": tree.patches_hash()[:12],
+            "profile": "perf", "accel": accel, "sizes": sizes, "repetitions": reps,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "benchmarks": aggregate(runs, benches)}
+    write_report(outdir, data)
+    plot(outdir)
+    write_report(outdir, data)        # again, now that the plots exist
+    print()
+    for name, entry in data["benchmarks"].items():
+        print(table(name, entry, f"A={a_spec}", f"B={b_spec}"))
+        print()
+    print(f"report: {outdir}/report.md (results.json, plots)")
+    failed = sum(1 for e in data["benchmarks"].values() if e["errors"])
+    return 1 if failed else 0
