@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from . import bench, build, deps, guest, ktap, results, splat, suites, tree
+from . import bench, build, deps, guest, results, splat, suites, tree
 from .common import REPO, LabError, cache_dir, info, step, warn
 
 
@@ -118,7 +118,7 @@ def _binaries(tests, st_dir, ours):
 
 
 def _one_liner(r: guest.TestRun) -> None:
-    c = Counter(x.status for x in ktap.parse(r.output).cases)
+    c = Counter(x.status for x in results.parse_output(r.output).cases)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(c.items())) or "no TAP"
     print(f"        {r.suite}/{r.test}: {summary}; exit {r.rc}, {r.secs:.0f} s", flush=True)
 
@@ -140,11 +140,22 @@ def cmd_test(args) -> int:
     out = guest.boot(vmlinux, [t.plan() for t in tests], bins, run_dir,
                      timeout=args.timeout, on_test=_one_liner)
     info(f"guest: {out.boot}; {out.wall:.0f} s")
+    meta = {"kernel": kernel, "version": tree.kernel_version(tree.src_dir(kernel)),
+            "profile": args.profile, "accel": guest.probe_accel(vmlinux),
+            "tests": [f"{t.suite}/{t.test}" for t in tests]}
+    (run_dir / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return report(run_dir, out, tests, meta, extra, args.record_baseline)
+
+
+def report(run_dir: Path, out: guest.Outcome, tests: list, meta: dict, extra: Counter,
+           record: bool) -> int:
+    """Verdicts against the baseline, the tables, the closing line."""
     by_key = {(r.suite, r.test): r for r in out.runs}
     cases = [c for t in tests for c in results.cases_of(t, by_key.get((t.suite, t.test)))]
-    base = results.load_baseline(args.profile)
-    if base is None and kernel != "vanilla":
-        warn(f"no vanilla baseline {results.baseline_path(args.profile)}: every failure counts")
+    base = results.load_baseline(meta["profile"])
+    if base is None and meta["kernel"] != "vanilla":
+        warn(f"no vanilla baseline {results.baseline_path(meta['profile'])}: "
+             "every failure counts")
     results.judge(cases, (base or {}).get("tests"))
     for s in out.splats:
         cases.append(results.Case("console", "splat", s.title, "error", verdict="fail",
@@ -167,16 +178,27 @@ def cmd_test(args) -> int:
         print(splat.format_report(out.splats))
     if not out.finished:
         print(f"\nthe guest did not finish the plan; console: {out.console}")
-    if args.record_baseline:
-        if not out.ok:
-            raise LabError("not recording a baseline from a run with splats or a crash")
-        meta = {"kernel": f"vanilla {tree.kernel_version(tree.src_dir('vanilla'))}",
-                "profile": args.profile, "accel": guest.probe_accel(vmlinux)}
-        print(f"\nbaseline written: {results.record_baseline(args.profile, cases, meta)}")
+    if record:
+        if meta["kernel"] != "vanilla" or not out.ok:
+            raise LabError("a baseline is recorded only from a complete vanilla run "
+                           "without splats")
+        bmeta = {"kernel": f"vanilla {meta['version']}", "profile": meta["profile"],
+                 "accel": meta["accel"]}
+        print(f"\nbaseline written: {results.record_baseline(meta['profile'], cases, bmeta)}")
     print(f"\nlogs: {run_dir}")
     print(results.closing_line(cases, extra))
     failed = any(c.verdict == "fail" for c in cases) or extra["fail"] or not out.ok
     return 1 if failed else 0
+
+
+def cmd_parse(args) -> int:
+    """Judge a finished run again (e.g. after a parser fix), without booting."""
+    run_dir = Path(args.run_dir).resolve()
+    if not (run_dir / "run.json").exists():
+        raise LabError(f"{run_dir} is not a `ptlab test` run directory (no run.json)")
+    meta = json.loads((run_dir / "run.json").read_text())
+    tests = suites.select(meta["tests"])
+    return report(run_dir, guest.collect(run_dir), tests, meta, Counter(), args.record_baseline)
 
 
 def cmd_shell(args) -> int:
@@ -220,6 +242,11 @@ def main(argv: list[str]) -> int:
     s.add_argument("--no-unit", action="store_true", help="skip the lab's pytest unit tests")
     s.add_argument("--timeout", type=int, default=3600, help="whole guest run, seconds")
     s.set_defaults(fn=cmd_test)
+    s = sub.add_parser("parse", help="judge a finished test run again, without booting")
+    s.add_argument("run_dir", nargs="?", default=str(cache_dir() / "runs" / "latest"))
+    s.add_argument("--record-baseline", action="store_true",
+                   help="if it was a complete vanilla run: write it to baseline/")
+    s.set_defaults(fn=cmd_parse)
     s = sub.add_parser("shell", help="boot the test kernel with a shell on this terminal")
     s.add_argument("--vanilla", action="store_true")
     s.add_argument("--profile", default="debug", choices=("debug", "perf"))

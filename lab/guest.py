@@ -189,19 +189,24 @@ def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
     qemu_out = proc.stdout.read()
     if proc.returncode not in (0, None) and not timed_out and "qemu" in qemu_out.lower():
         (workdir / "qemu.log").write_text(qemu_out)
-    runs, done, boot_line = _parse_results(results.read_text(errors="replace"))
-    for r in runs[seen:]:
+    out = collect(workdir, time.monotonic() - t0)
+    for r in out.runs[seen:]:
         if r.rc is not None and on_test:
             on_test(r)
-    text = console.read_text(errors="replace")
-    splats = splat.scan(text)
     if timed_out:
         warn(f"guest killed after {timeout} s (host timeout)")
-    elif not done and not quiet:
+    elif not out.finished and not quiet:
         warn("guest stopped before the end of the plan (crash or panic?); "
              f"console: {console}" + (f"; qemu said: {qemu_out.strip()[:300]}" if qemu_out else ""))
-    return Outcome(runs, done, splats, console, results, boot_line,
-                   time.monotonic() - t0)
+    return out
+
+
+def collect(workdir: Path, wall: float = 0.0) -> Outcome:
+    """Read a run's results channel and console (also for a finished run)."""
+    console, results = workdir / "console.log", workdir / "results.txt"
+    runs, done, boot_line = _parse_results(results.read_text(errors="replace"))
+    splats = splat.scan(console.read_text(errors="replace"))
+    return Outcome(runs, done, splats, console, results, boot_line, wall)
 
 
 def shell(vmlinux: Path, bins: list[Path], workdir: Path, machine: Machine = DEFAULT) -> int:

@@ -163,11 +163,46 @@ def _check(res: Result, real: list[Case], seen_tap: bool,
 
 
 def unique_names(cases: Iterable[Case]) -> list[tuple[str, Case]]:
-    """Pair each case with a unique name: repeats get " #2", " #3", ..."""
+    """Pair each case with a stable unique name: the "[RUN] ..." line when the
+    binary announces what it runs (cow repeats its result texts under every
+    [RUN], and a result's text changes with its outcome: "No leak ..." vs
+    "Leak ...", or the SKIP reason), else the result's text; repeats get
+    " #2", " #3", ..."""
     seen: dict[str, int] = {}
     out = []
     for c in cases:
-        seen[c.name] = seen.get(c.name, 0) + 1
-        n = seen[c.name]
-        out.append((c.name if n == 1 else f'{c.name} #{n}', c))
+        base = c.context or c.name
+        seen[base] = seen.get(base, 0) + 1
+        n = seen[base]
+        out.append((base if n == 1 else f'{base} #{n}', c))
     return out
+
+
+_UFFD_TEST = re.compile(r'^Testing (.+?)\.\.\. ?(.*)$')
+_UFFD_END = re.compile(r'(done|skipped|failed)(?: \[reason: (.*?)\]?)?\s*$')
+
+
+def parse_plain(lines: Iterable[str]) -> Result:
+    """The per-case format of binaries that print no TAP per case, e.g.
+    uffd-unit-tests: "Testing <name>... done|skipped [reason: r]|failed
+    [reason: r]" (the verdict may come lines after the name)."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    res = Result()
+    name = None
+    for line in _clean(lines):
+        m = _UFFD_TEST.match(line)
+        if m:
+            if name is not None:
+                res.cases.append(Case(name, 'error', 'no verdict printed'))
+            name, line = m.group(1), m.group(2)
+        if name is None:
+            continue
+        e = _UFFD_END.search(line)
+        if e:
+            status = {'done': 'pass', 'skipped': 'skip', 'failed': 'fail'}[e.group(1)]
+            res.cases.append(Case(name, status, (e.group(2) or '').strip()))
+            name = None
+    if name is not None:
+        res.cases.append(Case(name, 'error', 'no verdict: the binary stopped here'))
+    return res

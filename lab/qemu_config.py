@@ -19,7 +19,10 @@ class Machine:
                   results: str) -> list[str]:
         mem = sum(self.nodes)
         args = ["qemu-system-x86_64", "-nodefaults", "-nographic", "-no-reboot",
-                "-m", f"{mem}M", "-smp", str(self.cpus)]
+                "-m", f"{mem}M",
+                # one socket per node, so the caches QEMU describes match the nodes
+                "-smp", f"{self.cpus},sockets={len(self.nodes)},"
+                        f"cores={self.cpus // len(self.nodes)},threads=1"]
         if accel == "kvm":
             args += ["-accel", "kvm", "-cpu", "host"]
         else:

@@ -34,13 +34,19 @@ class Case:
         return f"{self.suite}/{self.test}"
 
 
+def parse_output(lines: list[str]) -> ktap.Result:
+    """KTAP if the binary prints it, else the plain "Testing ... done" format."""
+    parsed = ktap.parse(lines)
+    return parsed if parsed.cases else ktap.parse_plain(lines)
+
+
 def cases_of(t: Test, run: TestRun | None) -> list[Case]:
     """The cases one test binary reported, plus synthetic ones for what its
     exit status says and its TAP did not (crash, timeout, no TAP at all)."""
     mk = lambda name, status, detail="": Case(t.suite, t.test, name, status, detail)  # noqa
     if run is None or run.rc is None:
         return [mk("<run>", "error", "not run to the end: the guest stopped")]
-    parsed = ktap.parse(run.output)
+    parsed = parse_output(run.output)
     out = [mk(name, c.status, c.detail) for name, c in ktap.unique_names(parsed.cases)]
     if run.rc == KILLED:
         out.append(mk("<run>", "error", f"killed after the {t.timeout} s timeout"))

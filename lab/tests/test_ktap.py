@@ -33,10 +33,22 @@ def test_cow_xfail_skip_and_totals():
 def test_unique_names():
     names = [n for n, _ in ktap.unique_names(load('tap_cow.txt').cases)]
     assert len(set(names)) == len(names)
-    assert names[0] == 'No leak from parent into child'
-    assert names[2] == 'No leak from parent into child #2'
-    assert names[6] == 'No leak from parent into child #3'
-    assert names[3] == 'MADV_PAGEOUT did not work, is swap enabled? #2'
+    # keyed by the [RUN] line: the same whether the case passes, fails or skips
+    assert names[0] == '[RUN] Basic COW after fork() ... with base page'
+    assert names[1] == '[RUN] Basic COW after fork() ... with swapped out base page'
+    plain = [n for n, _ in ktap.unique_names(load('tap_crash.txt').cases)]
+    assert len(set(plain)) == len(plain)
+
+
+def test_plain_uffd_format():
+    res = ktap.parse_plain((DATA / 'uffd_unit_tests.txt').read_text())
+    assert len(res.cases) > 50
+    assert res.cases[0].name == 'UFFDIO_API (with syscall)' and res.cases[0].status == 'pass'
+    assert all(c.status in ('pass', 'skip') for c in res.cases)
+    cut = ktap.parse_plain('Testing a... done\nTesting b... failed [reason: x]\nTesting c... ')
+    assert [(c.name, c.status) for c in cut.cases] == [('a', 'pass'), ('b', 'fail'),
+                                                       ('c', 'error')]
+    assert cut.cases[1].detail == 'x'
 
 
 def test_crash_midway():
@@ -44,7 +56,7 @@ def test_crash_midway():
     assert res.planned == 10
     assert [c.status for c in res.cases] == ['pass'] * 4 + ['error']
     miss = res.cases[-1]
-    assert miss.name == "<missing 6 cases after 'MADV_POPULATE_WRITE with PROT_WRITE'>"
+    assert miss.name == "<missing 6 cases after '[RUN] test_prot_write #3'>"
     assert 'planned 10 cases, saw 4' in res.problems
     assert res.totals_line is None
 
