@@ -182,13 +182,30 @@ _UFFD_TEST = re.compile(r'^Testing (.+?)\.\.\. ?(.*)$')
 _UFFD_END = re.compile(r'(done|skipped|failed)(?: \[reason: (.*?)\]?)?\s*$')
 
 
+_COLOR_STEP = re.compile(r'^(.*?)\s*\x1b\[3([123])m(.*?)\x1b\[0m\s*$')
+_RUN_TEST = re.compile(r'^Run test: (.*)$')
+
+
 def parse_plain(lines: Iterable[str]) -> Result:
-    """The per-case format of binaries that print no TAP per case, e.g.
-    uffd-unit-tests: "Testing <name>... done|skipped [reason: r]|failed
-    [reason: r]" (the verdict may come lines after the name)."""
+    """The per-case formats of binaries that print no TAP per case:
+    uffd-unit-tests' "Testing <name>... done|skipped [reason: r]|failed
+    [reason: r]" (the verdict may come lines after the name), and
+    khugepaged's "Run test: <name>" blocks of "<step>... <colored verdict>"
+    (green passed, red failed, yellow skipped)."""
     if isinstance(lines, str):
         lines = lines.splitlines()
     res = Result()
+    if any(_COLOR_STEP.match(l.rstrip('\r\n')) for l in lines):
+        block = ''
+        for raw in lines:
+            raw = raw.rstrip('\r\n')
+            if m := _RUN_TEST.match(raw):
+                block = m.group(1).strip() + ': '
+            elif m := _COLOR_STEP.match(raw):
+                status = {'1': 'fail', '2': 'pass', '3': 'skip'}[m.group(2)]
+                res.cases.append(Case(block + m.group(1).rstrip('.').strip(), status,
+                                      m.group(3) if status != 'pass' else ''))
+        return res
     name = None
     for line in _clean(lines):
         m = _UFFD_TEST.match(line)

@@ -181,3 +181,14 @@ def test_inconsistencies_reported():
                       '# Totals: pass:1 fail:0 xfail:0 xpass:0 skip:0 error:0'])
     assert 'expected case 2, got 3' in res.problems
     assert 'totals say pass:1, saw 2' in res.problems
+
+
+def test_plain_khugepaged_format():
+    res = ktap.parse_plain((DATA / 'khugepaged.txt').read_text().splitlines())
+    assert len(res.cases) > 60 and all(c.status == 'pass' for c in res.cases)
+    names = [n for n, _ in ktap.unique_names(res.cases)]
+    assert 'collapse_full (madvise:anon): Collapse multiple fully populated PTE table' in names
+    bad = ktap.parse_plain(['Run test: x (madvise:anon)', 'Step one... \x1b[31mFail\x1b[0m',
+                            'Step two... \x1b[33mSkip\x1b[0m'])
+    assert [(c.name, c.status) for c in bad.cases] == [('x (madvise:anon): Step one', 'fail'),
+                                                      ('x (madvise:anon): Step two', 'skip')]
