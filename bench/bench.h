@@ -1,0 +1,432 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Helpers shared by the ptlab guest benchmarks (one header, no library:
+ * every benchmark is a single static binary).
+ *
+ * Output protocol, on stdout, one line each:
+ *	metric <name> <value> <unit> <lower|higher>
+ *	verify ok			(last line, exit 0)
+ *	verify FAILED <reason>		(exit 1, and no metric after it)
+ *	# <anything else>
+ * A run that cannot run here prints "# skip: <why>" and exits 4 (KSFT_SKIP).
+ *
+ * Children of a benchmark set bench_child: their die() prints a comment and
+ * _exit(1)s, so that only the parent speaks the protocol and only the parent
+ * runs the atexit() handlers (sysfs knobs, cgroups, killing children).
+ */
+#ifndef PTLAB_BENCH_H
+#define PTLAB_BENCH_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/types.h>
+
+#define KiB		1024UL
+#define MiB		(1024 * KiB)
+#define GiB		(1024 * MiB)
+#define PAGE_SZ		4096UL
+#define PMD_SZ		(2 * MiB)
+#define KSFT_SKIP	4
+
+#define THP_SYSFS	"/sys/kernel/mm/transparent_hugepage"
+
+#define __printf(a, b)	__attribute__((format(printf, a, b)))
+#define __noreturn	__attribute__((noreturn))
+
+enum bench_size { SIZE_QUICK, SIZE_DEFAULT, SIZE_FULL };
+
+static int bench_child;		/* set in forked children: see above */
+
+/* ---- reporting ---------------------------------------------------- */
+
+static inline void bench_init(void)
+{
+	/* line buffered: nothing pending in stdio when we fork */
+	setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
+static inline void vcomment(const char *fmt, va_list ap)
+{
+	char buf[512];
+
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	if (bench_child)
+		printf("# child %d: %s\n", getpid(), buf);
+	else
+		printf("# %s\n", buf);
+	fflush(stdout);
+}
+
+static inline void __printf(1, 2) comment(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vcomment(fmt, ap);
+	va_end(ap);
+}
+
+static inline void __noreturn __printf(1, 2) verify_failed(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (bench_child) {
+		printf("# child %d: verify: %s\n", getpid(), buf);
+		fflush(stdout);
+		_exit(1);
+	}
+	printf("verify FAILED %s\n", buf);
+	fflush(stdout);
+	exit(1);
+}
+
+/* an error that is not the kernel's answer to the check: same protocol */
+#define die(fmt, ...)	verify_failed("error: " fmt, ##__VA_ARGS__)
+#define die_errno(what)	die("%s: %s", what, strerror(errno))
+
+static inline void __noreturn __printf(1, 2) skip(const char *fmt, ...)
+{
+	va_list ap;
+	char buf[512];
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	printf("# skip: %s\n", buf);
+	fflush(stdout);
+	exit(KSFT_SKIP);
+}
+
+static inline void verify_ok(void)
+{
+	printf("verify ok\n");
+	fflush(stdout);
+}
+
+static inline void metric(const char *name, double val, const char *unit,
+			  const char *better)
+{
+	if (val == (double)(long long)val)
+		printf("metric %s %lld %s %s\n", name, (long long)val, unit,
+		       better);
+	else
+		printf("metric %s %.3f %s %s\n", name, val, unit, better);
+}
+
+/* ---- time ---------------------------------------------------------- */
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+/* ---- files --------------------------------------------------------- */
+
+/* read a small file into buf (NUL terminated); -errno on failure */
+static inline int read_file(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	if (n < 0) {
+		n = -errno;
+		close(fd);
+		return n;
+	}
+	buf[n] = 0;
+	close(fd);
+	return 0;
+}
+
+/* write a string with a single write(); -errno on failure */
+static inline int write_file(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	int ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, val, strlen(val)) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+static inline int file_exists(const char *path)
+{
+	return access(path, F_OK) == 0;
+}
+
+/* "Field:   1234 kB" from /proc/<pid>/status (pid 0: self); -1 if absent */
+static inline long status_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	size_t len = strlen(field);
+	long val = -1;
+	FILE *f;
+
+	if (pid)
+		snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	else
+		snprintf(path, sizeof(path), "/proc/self/status");
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, len) && line[len] == ':') {
+			val = strtol(line + len + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return val;
+}
+
+/* a "Field: N kB" line of /proc/self/smaps_rollup; -1 if absent */
+static inline long smaps_rollup_kb(const char *field)
+{
+	size_t len = strlen(field);
+	char line[256];
+	long val = -1;
+	FILE *f = fopen("/proc/self/smaps_rollup", "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, len) && line[len] == ':') {
+			val = strtol(line + len + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return val;
+}
+
+/* sum of the /proc/vmstat counters whose name starts with prefix */
+static inline long long vmstat_sum(const char *prefix)
+{
+	size_t len = strlen(prefix);
+	long long sum = 0, v;
+	char name[128];
+	FILE *f = fopen("/proc/vmstat", "re");
+
+	if (!f)
+		return -1;
+	while (fscanf(f, "%127s %lld", name, &v) == 2)
+		if (!strncmp(name, prefix, len))
+			sum += v;
+	fclose(f);
+	return sum;
+}
+
+/* one /proc/vmstat counter; -1 if absent */
+static inline long long vmstat_get(const char *name)
+{
+	long long v, ret = -1;
+	char key[128];
+	FILE *f = fopen("/proc/vmstat", "re");
+
+	if (!f)
+		return -1;
+	while (fscanf(f, "%127s %lld", key, &v) == 2)
+		if (!strcmp(key, name)) {
+			ret = v;
+			break;
+		}
+	fclose(f);
+	return ret;
+}
+
+/* ---- sysfs knobs, restored at exit ---------------------------------- */
+
+#define MAX_KNOBS 16
+
+struct knob {
+	char path[160];
+	char old[64];
+};
+
+static struct knob knobs[MAX_KNOBS];
+static int nr_knobs;
+
+/* the selected word of "always [madvise] never", or the whole value */
+static inline void knob_current(const char *raw, char *out, size_t len)
+{
+	const char *l = strchr(raw, '['), *r = l ? strchr(l, ']') : NULL;
+
+	if (l && r) {
+		snprintf(out, len, "%.*s", (int)(r - l - 1), l + 1);
+		return;
+	}
+	snprintf(out, len, "%.*s", (int)strcspn(raw, "\n"), raw);
+}
+
+static inline void knobs_restore(void)
+{
+	if (bench_child)
+		return;
+	while (nr_knobs > 0) {
+		struct knob *k = &knobs[--nr_knobs];
+
+		if (write_file(k->path, k->old))
+			printf("# could not restore %s to %s\n", k->path, k->old);
+	}
+}
+
+/* save the old value once, then write val; -errno on failure */
+static inline int knob_set(const char *path, const char *val)
+{
+	char raw[256];
+	struct knob *k;
+	int i, ret;
+
+	for (i = 0; i < nr_knobs; i++)
+		if (!strcmp(knobs[i].path, path))
+			return write_file(path, val);
+	if (nr_knobs == MAX_KNOBS)
+		return -ENOSPC;
+	ret = read_file(path, raw, sizeof(raw));
+	if (ret)
+		return ret;
+	k = &knobs[nr_knobs];
+	snprintf(k->path, sizeof(k->path), "%s", path);
+	knob_current(raw, k->old, sizeof(k->old));
+	if (!nr_knobs++)
+		atexit(knobs_restore);
+	return write_file(path, val);
+}
+
+/* ---- memory ---------------------------------------------------------- */
+
+static inline char *map_anon(size_t len, int flags)
+{
+	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
+
+	if (p == MAP_FAILED)
+		die("mmap %zu bytes: %s", len, strerror(errno));
+	return p;
+}
+
+/* anonymous mapping of len bytes starting at a multiple of align */
+static inline char *map_aligned(size_t len, size_t align, int flags)
+{
+	char *p = map_anon(len + align, flags);
+	uintptr_t start = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
+	size_t head = start - (uintptr_t)p;
+
+	if (head)
+		munmap(p, head);
+	if (align - head)
+		munmap((char *)start + len, align - head);
+	return (char *)start;
+}
+
+static inline void do_madvise(void *p, size_t len, int advice,
+			      const char *name)
+{
+	if (madvise(p, len, advice))
+		die("madvise(%s): %s", name, strerror(errno));
+}
+
+/* 64-bit word that names page idx of a buffer filled with seed */
+static inline uint64_t pattern(uint64_t seed, uint64_t idx)
+{
+	return (seed << 40) ^ (idx * 0x9e3779b97f4a7c15ULL >> 24) ^ idx ^ 1;
+}
+
+static inline uint64_t xorshift64(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return *s = x;
+}
+
+/* "4k", "64K", "2m", "1G" or bytes; 0 on a bad string */
+static inline size_t parse_size(const char *s)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 0);
+
+	switch (*end | 0x20) {	/* lower case */
+	case 'g':
+		v *= 1024;
+		/* fall through */
+	case 'm':
+		v *= 1024;
+		/* fall through */
+	case 'k':
+		v *= 1024;
+		end++;
+		break;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	return *end ? 0 : v;
+}
+
+/* "64M" etc. for "# sizes:" lines; four calls may share one printf */
+static inline const char *size_str(size_t v)
+{
+	static char bufs[4][32];
+	static int n;
+	char *buf = bufs[n++ & 3];
+
+	if (v >= GiB && !(v % GiB))
+		snprintf(buf, 32, "%zuG", v / GiB);
+	else if (v >= MiB && !(v % MiB))
+		snprintf(buf, 32, "%zuM", v / MiB);
+	else if (v >= KiB && !(v % KiB))
+		snprintf(buf, 32, "%zuK", v / KiB);
+	else
+		snprintf(buf, 32, "%zu", v);
+	return buf;
+}
+
+/* ---- pagemap / kpageflags (root) -------------------------------------- */
+
+#define PM_PRESENT	(1ULL << 63)
+#define PM_PFN_MASK	((1ULL << 55) - 1)
+
+/* the PFN behind addr, 0 if not present or hidden (not root) */
+static inline uint64_t pagemap_pfn(int fd, const void *addr)
+{
+	uint64_t ent;
+	off_t off = (uintptr_t)addr / PAGE_SZ * sizeof(ent);
+
+	if (pread(fd, &ent, sizeof(ent), off) != sizeof(ent))
+		return 0;
+	return ent & PM_PRESENT ? ent & PM_PFN_MASK : 0;
+}
+
+/* /proc/kpageflags word of pfn; 0 when unreadable */
+static inline uint64_t kpageflags(int fd, uint64_t pfn)
+{
+	uint64_t flags;
+
+	if (pread(fd, &flags, sizeof(flags), pfn * sizeof(flags)) !=
+	    sizeof(flags))
+		return 0;
+	return flags;
+}
+
+#endif /* PTLAB_BENCH_H */
