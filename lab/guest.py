@@ -27,6 +27,7 @@ from .common import GuestError, Progress, cache_dir, info, run, step, warn
 from .qemu_config import DEFAULT, Machine
 
 INIT = Path(__file__).resolve().parent / "guest" / "init"
+HELPERS = [Path(__file__).resolve().parent / "guest" / "with-hugepages"]
 HOST_TOOLS = ("stress-ng", "numactl", "migratepages")
 
 
@@ -88,7 +89,7 @@ def make_initramfs(workdir: Path, plan: list[PlanItem], bins: list[Path],
     shutil.copy2("/bin/busybox", root / "bin/busybox")
     shutil.copy2("/bin/bash-static", root / "bin/bash")
     shutil.copy2(INIT, root / "init")
-    for b in bins:
+    for b in [*bins, *HELPERS]:
         shutil.copy2(b, root / "ptlab/bin" / b.name)
     for tool in HOST_TOOLS:
         _copy_with_libs(tool, root)

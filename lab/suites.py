@@ -12,15 +12,18 @@ from .guest import PlanItem
 class Test:
     suite: str
     test: str        # unique in the suite; the baseline's key with the case name
-    argv: tuple[str, ...]
+    argv: tuple[str, ...]    # argv[0]: the binary
     timeout: int     # seconds, killed after that (a hung test fails, the rest still run)
+    hugepages: int | None = None   # exactly this many reserved (lab/guest/with-hugepages)
 
     def plan(self) -> PlanItem:
-        return PlanItem(self.suite, self.test, self.timeout, list(self.argv))
+        wrap = ["with-hugepages", str(self.hugepages)] if self.hugepages is not None else []
+        return PlanItem(self.suite, self.test, self.timeout, wrap + list(self.argv))
 
 
-def _t(suite: str, *argv: str, timeout: int = 600, test: str = "") -> Test:
-    return Test(suite, test or argv[0], argv, timeout)
+def _t(suite: str, *argv: str, timeout: int = 600, test: str = "",
+       hugepages: int | None = None) -> Test:
+    return Test(suite, test or argv[0], argv, timeout, hugepages)
 
 
 UPSTREAM = [
@@ -41,8 +44,8 @@ UPSTREAM = [
     _t("hugetlb", "hugepage-vmemmap"),
     _t("hugetlb", "hugetlb-madvise"),
     _t("hugetlb", "hugetlb_dio"),
-    _t("hugetlb", "hugetlb_fault_after_madv"),
-    _t("hugetlb", "hugetlb_madv_vs_map"),
+    _t("hugetlb", "hugetlb_fault_after_madv", hugepages=1),
+    _t("hugetlb", "hugetlb_madv_vs_map", hugepages=1),
     _t("gup", "gup_longterm"),
     _t("gup", "gup_test", "-ct", "-F", "0x1", "0", "19", "0x1000", test="gup_test-ct"),
     _t("misc", "mkdirty"),
