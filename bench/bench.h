@@ -175,19 +175,14 @@ static inline int file_exists(const char *path)
 	return access(path, F_OK) == 0;
 }
 
-/* "Field:   1234 kB" from /proc/<pid>/status (pid 0: self); -1 if absent */
-static inline long status_kb(pid_t pid, const char *field)
+/* "Field:   1234 kB" from a /proc file of such lines; -1 if absent */
+static inline long proc_field_kb(const char *path, const char *field)
 {
-	char path[64], line[256];
 	size_t len = strlen(field);
+	char line[256];
 	long val = -1;
-	FILE *f;
+	FILE *f = fopen(path, "re");
 
-	if (pid)
-		snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	else
-		snprintf(path, sizeof(path), "/proc/self/status");
-	f = fopen(path, "re");
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f))
@@ -199,23 +194,22 @@ static inline long status_kb(pid_t pid, const char *field)
 	return val;
 }
 
-/* a "Field: N kB" line of /proc/self/smaps_rollup; -1 if absent */
+/* a field of /proc/<pid>/status (pid 0: self) */
+static inline long status_kb(pid_t pid, const char *field)
+{
+	char path[64];
+
+	if (pid)
+		snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	else
+		snprintf(path, sizeof(path), "/proc/self/status");
+	return proc_field_kb(path, field);
+}
+
+/* a field of /proc/self/smaps_rollup */
 static inline long smaps_rollup_kb(const char *field)
 {
-	size_t len = strlen(field);
-	char line[256];
-	long val = -1;
-	FILE *f = fopen("/proc/self/smaps_rollup", "re");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, field, len) && line[len] == ':') {
-			val = strtol(line + len + 1, NULL, 10);
-			break;
-		}
-	fclose(f);
-	return val;
+	return proc_field_kb("/proc/self/smaps_rollup", field);
 }
 
 /* sum of the /proc/vmstat counters whose name starts with prefix */
