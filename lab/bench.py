@@ -31,8 +31,9 @@ def _b(name: str, group: str, *argv: str, timeout: int = 900) -> Bench:
 
 
 BENCHES = [
-    _b("fork", "fork", "bench_fork"),
-    _b("fork-thp", "fork", "bench_fork", "--thp"),
+    # --cow-pte: the kernel's COW page table opt-in where it has one (else ignored)
+    _b("fork", "fork", "bench_fork", "--cow-pte"),
+    _b("fork-thp", "fork", "bench_fork", "--thp", "--cow-pte"),
     _b("pt_reclaim-dontneed", "pt_reclaim", "bench_pt_reclaim"),
     _b("pt_reclaim-free", "pt_reclaim", "bench_pt_reclaim", "--free"),
     _b("fault-1proc", "pt_reclaim", "bench_pt_reclaim", "--fault", "--procs", "1"),

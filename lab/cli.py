@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
-
 import json
-import subprocess
 import os
+import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -90,8 +89,7 @@ def run_unit_tests(run_dir) -> Counter:
     info(f"{n['tests'] - bad - n['skipped']} passed, {bad} failed, {n['skipped']} skipped")
     if bad:
         print(proc.stdout[-4000:])
-    return Counter({"pass": n["tests"] - bad - n["skipped"], "fail": bad,
-                                       "skip": n["skipped"]})
+    return Counter({"pass": n["tests"] - bad - n["skipped"], "fail": bad, "skip": n["skipped"]})
 
 
 def prepare(kernel: str, profile: str, force_tree: bool):
@@ -255,7 +253,7 @@ def main(argv: list[str]) -> int:
     s.add_argument("only", nargs="*", metavar="BENCH",
                    help="benchmarks or variants to run (default: all): "
                         + ", ".join(bench.GROUPS))
-    s.add_argument("--reps", type=int, default=5, help="boots per kernel (default 5)")
+    s.add_argument("--reps", type=int, default=3, help="boots per kernel (default 3)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="smallest sizes (a smoke run)")
     g.add_argument("--full", action="store_true", help="the seed experiments' sizes")
