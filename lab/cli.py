@@ -126,6 +126,7 @@ def cmd_test(args) -> int:
     if args.record_baseline and kernel != "vanilla":
         raise LabError("--record-baseline records the vanilla kernel's results",
                        hint="ptlab test --vanilla --record-baseline")
+    deps.ensure_apt()
     run_dir = _run_dir(f"test-{kernel}")
     extra = Counter()
     if not args.no_unit and not args.only:
