@@ -58,9 +58,26 @@ def cases_of(t: Test, run: TestRun | None) -> list[Case]:
     return out
 
 
-def judge(cases: list[Case], baseline: dict[str, dict[str, str]] | None) -> None:
+def load_flaky() -> dict[tuple[str, str], str]:
+    """baseline/flaky.txt: (suite/test, case) -> what was seen on vanilla."""
+    out = {}
+    path = BASELINE_DIR / "flaky.txt"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        if line.strip() and not line.startswith("#"):
+            key, rest = line.split(": ", 1)
+            case, _, why = rest.partition(" -- ")
+            out[(key.strip(), case.strip())] = why.strip()
+    return out
+
+
+def judge(cases: list[Case], baseline: dict[str, dict[str, str]] | None,
+          flaky: dict[tuple[str, str], str] | None = None) -> None:
+    flaky = load_flaky() if flaky is None else flaky
     for c in cases:
         c.vanilla = (baseline or {}).get(c.key, {}).get(c.name)
+        if c.status in BAD and (c.key, c.name) in flaky:
+            c.verdict, c.note = "known", f"flaky on vanilla: {flaky[(c.key, c.name)]}"
+            continue
         if c.status in GOOD:
             c.verdict = "pass"
         elif c.status == "skip":

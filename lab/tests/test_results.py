@@ -21,17 +21,24 @@ ok 3 # SKIP c needs THP
 def test_regression_and_known_failure():
     cases = results.cases_of(T, run_of(TAP, 1))
     base = {"cow/cow": {"a": "pass", "b": "fail", "c needs THP": "skip"}}
-    results.judge(cases, base)
+    results.judge(cases, base, flaky={})
     assert [c.verdict for c in cases] == ["pass", "known", "skip"]
     base["cow/cow"]["b"] = "pass"
-    results.judge(cases, base)
+    results.judge(cases, base, flaky={})
     assert [c.verdict for c in cases] == ["pass", "fail", "skip"]
     assert results.closing_line(cases) == "1 passed, 1 failed, 1 skipped"
 
 
+def test_flaky_case_is_known():
+    cases = results.cases_of(T, run_of(TAP, 1))
+    results.judge(cases, {"cow/cow": {"b": "pass"}}, flaky={("cow/cow", "b"): "seen once"})
+    assert cases[1].verdict == "known" and "seen once" in cases[1].note
+    assert ("uffd-unit-tests/uffd-unit-tests", "events on anon") in results.load_flaky()
+
+
 def test_newly_skipped_is_a_failure():
     cases = results.cases_of(T, run_of(TAP, 1))
-    results.judge(cases, {"cow/cow": {"c needs THP": "pass", "b": "fail"}})
+    results.judge(cases, {"cow/cow": {"c needs THP": "pass", "b": "fail"}}, flaky={})
     assert cases[2].verdict == "fail" and "vanilla" in cases[2].note
 
 
