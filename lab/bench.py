@@ -221,8 +221,8 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
     size_arg = {"quick": ["--quick"], "default": [], "full": ["--full"]}[sizes]
     plan = [guest.PlanItem("bench", b.name, b.timeout * (3 if sizes == "full" else 1),
                            [*b.argv, *size_arg]) for b in benches]
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    outdir = outdir or cache_dir() / "runs" / f"{stamp}-bench"
+    rundir = cache_dir() / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-bench"
+    outdir = outdir or rundir     # the report; boots' consoles and initramfs stay in rundir
     runs = {b.name: {"a": [], "b": []} for b in benches}
     accel = guest.probe_accel(kernels["a"]["vmlinux"])
     step(f"{len(benches)} benchmarks x {reps} interleaved boots of A={a_spec} and "
@@ -237,7 +237,7 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
                 txt = err or ", ".join(f"{m}={_fmt(v[0])}{v[1]}" for m, v in list(ms.items())[:4])
                 info(f"{r.test}: {txt} ({r.secs:.0f} s)")
 
-            out = guest.boot(k["vmlinux"], plan, bins, outdir / f"boot-{rep}-{side}",
+            out = guest.boot(k["vmlinux"], plan, bins, rundir / f"boot-{rep}-{side}",
                              accel=accel, on_test=show)
             by = {r.test: r for r in out.runs}
             for b in benches:
@@ -259,6 +259,11 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
     for name, entry in data["benchmarks"].items():
         print(table(name, entry, f"A={a_spec}", f"B={b_spec}"))
         print()
-    print(f"report: {outdir}/report.md (results.json, plots)")
-    failed = sum(1 for e in data["benchmarks"].values() if e["errors"])
+    print(f"report: {outdir}/report.md (results.json, plots); boot logs: {rundir}")
+    failed = [n for n, e in data["benchmarks"].items()
+              if any(not err.startswith("skipped") for errs in e["errors"].values()
+                     for err in errs)]
+    if failed:
+        print(f"runs without a number (verification failed, crash or splat): "
+              f"{', '.join(failed)}")
     return 1 if failed else 0
