@@ -127,11 +127,17 @@ def summarize(values: list[float]) -> dict:
             "n": len(values)}
 
 
-def aggregate(runs: dict, benches: list[Bench]) -> dict:
+def sizes_of(lines: list[str]) -> str:
+    """The "# sizes: ..." line every benchmark program prints."""
+    return next((l.split(":", 1)[1].strip() for l in lines if l.startswith("# sizes:")), "")
+
+
+def aggregate(runs: dict, benches: list[Bench], sizes: dict | None = None) -> dict:
     """runs[bench][side] = list of (metrics, error) -> results.json's 'benchmarks'."""
     out = {}
     for b in benches:
-        entry = {"group": b.group, "argv": list(b.argv), "metrics": {}, "errors": {}}
+        entry = {"group": b.group, "argv": list(b.argv), "sizes": (sizes or {}).get(b.name, ""),
+                 "metrics": {}, "errors": {}}
         for side in ("a", "b"):
             errs = [e for _, e in runs[b.name][side] if e]
             if errs:
@@ -161,7 +167,7 @@ def _fmt(x: float | None) -> str:
 
 
 def table(name: str, entry: dict, a: str, b: str) -> str:
-    rows = [f"{name}"]
+    rows = [f"{name}" + (f"   ({entry['sizes']})" if entry.get("sizes") else "")]
     rows.append(f"  {'metric':24} {'unit':6} {a + ' median [min-max]':>28} "
                 f"{b + ' median [min-max]':>28} {'ratio':>7}")
     for m, e in entry["metrics"].items():
@@ -224,6 +230,7 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
     rundir = cache_dir() / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-bench"
     outdir = outdir or rundir     # the report; boots' consoles and initramfs stay in rundir
     runs = {b.name: {"a": [], "b": []} for b in benches}
+    sizes = {}
     accel = guest.probe_accel(kernels["a"]["vmlinux"])
     step(f"{len(benches)} benchmarks x {reps} interleaved boots of A={a_spec} and "
          f"B={b_spec} (sizes: {sizes}, {accel}); report in {outdir}")
@@ -242,6 +249,8 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
             by = {r.test: r for r in out.runs}
             for b in benches:
                 r = by.get(b.name)
+                if r and sizes_of(r.output):
+                    sizes[b.name] = sizes_of(r.output)
                 res = parse_output(r.output, r.rc) if r else ({}, "not run: guest stopped")
                 if out.splats:
                     res = ({}, f"console splat: {out.splats[0].title}")
@@ -251,7 +260,7 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
             "series_revision": tree.patches_hash()[:12],
             "profile": "perf", "accel": accel, "sizes": sizes, "repetitions": reps,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "benchmarks": aggregate(runs, benches)}
+            "benchmarks": aggregate(runs, benches, sizes)}
     write_report(outdir, data)
     plot(outdir)
     write_report(outdir, data)        # again, now that the plots exist
