@@ -221,8 +221,7 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
         kernels[side] = {"name": spec, "dir": name, "desc": describe(name, src),
                          "vmlinux": vmlinux}
     patched = tree.ensure_patched()
-    build.build_selftests(patched, tree.kernel_dir("patched"))   # the uapi headers
-    bindir = build.build_guest_programs(patched, tree.kernel_dir("patched"))
+    _, bindir = build.programs(patched, tree.kernel_dir("patched"))
     bins = sorted({bindir / b.argv[0] for b in benches})
     size_arg = {"quick": ["--quick"], "default": [], "full": ["--full"]}[sizes]
     plan = [guest.PlanItem("bench", b.name, b.timeout * (3 if sizes == "full" else 1),

@@ -142,3 +142,9 @@ def build_guest_programs(src: Path, kernel_dir: Path) -> Path:
                 err=BuildError, what=f"compile {c.relative_to(d.parent)}")
             info(f"built {c.relative_to(d.parent)}")
     return out
+
+
+def programs(src: Path, kernel_dir: Path) -> tuple[Path, Path]:
+    """What runs in the guest, built from the patched tree for both kernels
+    (tools/ does not change the kernel): (mm selftests dir, our programs dir)."""
+    return build_selftests(src, kernel_dir), build_guest_programs(src, kernel_dir)

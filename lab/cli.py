@@ -98,9 +98,7 @@ def prepare(kernel: str, profile: str, force_tree: bool):
     patched = tree.ensure_patched(force=force_tree)
     src = tree.ensure_vanilla() if kernel == "vanilla" else patched
     vmlinux = build.build_kernel(src, tree.kernel_dir(kernel), profile)
-    # tools/ does not change the kernel: both kernels run the patched tree's selftests
-    st_dir = build.build_selftests(patched, tree.kernel_dir("patched"))
-    ours = build.build_guest_programs(patched, tree.kernel_dir("patched"))
+    st_dir, ours = build.programs(patched, tree.kernel_dir("patched"))
     return vmlinux, st_dir, ours
 
 
