@@ -229,7 +229,7 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
     rundir = cache_dir() / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-bench"
     outdir = outdir or rundir     # the report; boots' consoles and initramfs stay in rundir
     runs = {b.name: {"a": [], "b": []} for b in benches}
-    sizes = {}
+    used = {}  # benchmark -> the sizes it printed
     accel = guest.probe_accel(kernels["a"]["vmlinux"])
     step(f"{len(benches)} benchmarks x {reps} interleaved boots of A={a_spec} and "
          f"B={b_spec} (sizes: {sizes}, {accel}); report in {outdir}")
@@ -249,7 +249,7 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
             for b in benches:
                 r = by.get(b.name)
                 if r and sizes_of(r.output):
-                    sizes[b.name] = sizes_of(r.output)
+                    used[b.name] = sizes_of(r.output)
                 res = parse_output(r.output, r.rc) if r else ({}, "not run: guest stopped")
                 if out.splats:
                     res = ({}, f"console splat: {out.splats[0].title}")
@@ -259,7 +259,7 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
             "series_revision": tree.patches_hash()[:12],
             "profile": "perf", "accel": accel, "sizes": sizes, "repetitions": reps,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "benchmarks": aggregate(runs, benches, sizes)}
+            "benchmarks": aggregate(runs, benches, used)}
     write_report(outdir, data)
     plot(outdir)
     write_report(outdir, data)        # again, now that the plots exist
