@@ -252,7 +252,7 @@ def main(argv: list[str]) -> int:
     s.add_argument("only", nargs="*", metavar="BENCH",
                    help="benchmarks or variants to run (default: all): "
                         + ", ".join(bench.GROUPS))
-    s.add_argument("--reps", type=int, default=3, help="boots per kernel (default 3)")
+    s.add_argument("--reps", type=int, default=5, help="boots per kernel (default 5)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="smallest sizes (a smoke run)")
     g.add_argument("--full", action="store_true", help="the seed experiments' sizes")
