@@ -141,6 +141,12 @@ def _create_worktree(src: Path) -> None:
     _git(src, "tag", BASE_TAG)
 
 
+def _reset_to_base(src: Path) -> None:
+    _git(src, "am", "--abort", check=False)
+    _git(src, "checkout", "-q", "-f", "-B", "ptlab", BASE_TAG)
+    _git(src, "clean", "-q", "-fdx")
+
+
 @dataclass
 class Status:
     exists: bool
@@ -179,7 +185,8 @@ def ensure_patched(force: bool = False) -> Path:
     st = status()
     if not st.exists:
         if (src / ".git").exists() and _git(src, "tag", "-l", BASE_TAG, check=False):
-            step("work tree: apply the series")
+            step("work tree: apply the series")     # an earlier attempt stopped half-way
+            _reset_to_base(src)
         else:
             _create_worktree(src)
         _apply_series(src)
@@ -199,9 +206,7 @@ def ensure_patched(force: bool = False) -> Path:
     elif not st.behind:
         return src
     step("work tree: re-apply patches/")
-    _git(src, "checkout", "-q", "-B", "ptlab", BASE_TAG)
-    _git(src, "reset", "-q", "--hard", BASE_TAG)
-    _git(src, "clean", "-q", "-fdx")
+    _reset_to_base(src)
     _apply_series(src)
     _mark_synced(src)
     return src
