@@ -119,7 +119,7 @@ def _apply_series(src: Path) -> None:
         proc = run(["git", "-C", str(src), "am", "--keep-cr", str(p)], env=GIT_ID,
                    check=False, err=TreeError)
         if proc.returncode != 0:
-            files = sorted(set(re.findall(r"(?:patch failed|error): ([^:\s]+)", proc.stdout)))
+            files = sorted(set(re.findall(r"error: (?:patch failed: )?([^:\s]+):", proc.stdout)))
             _git(src, "am", "--abort", check=False)
             raise TreeError(
                 f"patch {i}/{len(pats)} {p.name} does not apply to Linux {version}"
@@ -142,6 +142,10 @@ def _create_worktree(src: Path) -> None:
 
 
 def _reset_to_base(src: Path) -> None:
+    """Back to the pristine base; until the series is applied again the tree
+    counts as not created (status() says so, nothing in it to lose)."""
+    _hash_file(src).unlink(missing_ok=True)
+    _git(src, "tag", "-d", SYNC_TAG, check=False)
     _git(src, "am", "--abort", check=False)
     _git(src, "checkout", "-q", "-f", "-B", "ptlab", BASE_TAG)
     _git(src, "clean", "-q", "-fdx")
