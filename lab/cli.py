@@ -39,7 +39,7 @@ def cmd_export(args) -> int:
 def cmd_status(args) -> int:
     st = tree.status()
     if not st.exists:
-        print("no work tree (run `ptlab tree`): nothing to lose")
+        print("no work tree with the series applied (`ptlab tree` makes it): nothing to lose")
         return 0
     for l in st.unexported:
         print(l)
