@@ -43,6 +43,20 @@
 
 enum bench_size { SIZE_QUICK, SIZE_DEFAULT, SIZE_FULL };
 
+/* the --quick and --full options every benchmark takes (struct option entries) */
+#define SIZE_OPTIONS \
+	{ "quick", no_argument, NULL, 'q' }, \
+	{ "full", no_argument, NULL, 'f' }
+
+/* getopt_long() returned c: if it is a SIZE_OPTIONS option, note it in *sz */
+static inline int size_option(int c, enum bench_size *sz)
+{
+	if (c != 'q' && c != 'f')
+		return 0;
+	*sz = c == 'q' ? SIZE_QUICK : SIZE_FULL;
+	return 1;
+}
+
 static int bench_child;		/* set in forked children: see above */
 
 /* ---- reporting ---------------------------------------------------- */

@@ -50,8 +50,7 @@ static uint64_t *word(char *p, unsigned long idx)
 static void parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-		{ "quick", no_argument, NULL, 'q' },
-		{ "full", no_argument, NULL, 'f' },
+		SIZE_OPTIONS,
 		{ "thp", no_argument, NULL, 't' },
 		{ "cow-pte", no_argument, NULL, 'c' },
 		{ "size", required_argument, NULL, 's' },
@@ -63,13 +62,9 @@ static void parse(int argc, char **argv, struct opts *o)
 
 	memset(o, 0, sizeof(*o));
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		if (size_option(c, &sz))
+			continue;
 		switch (c) {
-		case 'q':
-			sz = SIZE_QUICK;
-			break;
-		case 'f':
-			sz = SIZE_FULL;
-			break;
 		case 't':
 			o->thp = 1;
 			break;

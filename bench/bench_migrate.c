@@ -45,23 +45,19 @@ static int nr_kids;
 static void parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-		{ "quick", no_argument, NULL, 'q' },
-		{ "full", no_argument, NULL, 'f' },
+		SIZE_OPTIONS,
 		{ "children", required_argument, NULL, 'c' },
 		{ "mthp64", no_argument, NULL, 'm' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int c, n = -1, quick = 0;
+	enum bench_size sz = SIZE_DEFAULT;
+	int c, n = -1;
 
 	memset(o, 0, sizeof(*o));
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		if (size_option(c, &sz))
+			continue;
 		switch (c) {
-		case 'q':
-			quick = 1;
-			break;
-		case 'f':
-			quick = 0;
-			break;
 		case 'c':
 			n = atoi(optarg);
 			break;
@@ -73,7 +69,7 @@ static void parse(int argc, char **argv, struct opts *o)
 			exit(2);
 		}
 	}
-	o->children = n >= 0 ? n : quick ? 50 : 1000;
+	o->children = n >= 0 ? n : sz == SIZE_QUICK ? 50 : 1000;
 }
 
 /* SIGKILL and reap every child still around: on any exit of the parent */

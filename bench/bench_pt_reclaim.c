@@ -63,8 +63,7 @@ static void sizes(struct opts *o, enum bench_size sz)
 static void parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-		{ "quick", no_argument, NULL, 'q' },
-		{ "full", no_argument, NULL, 'f' },
+		SIZE_OPTIONS,
 		{ "free", no_argument, NULL, 'F' },
 		{ "fault", no_argument, NULL, 'P' },
 		{ "procs", required_argument, NULL, 'n' },
@@ -78,13 +77,9 @@ static void parse(int argc, char **argv, struct opts *o)
 	memset(o, 0, sizeof(*o));
 	o->procs = 1;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		if (size_option(c, &sz))
+			continue;
 		switch (c) {
-		case 'q':
-			sz = SIZE_QUICK;
-			break;
-		case 'f':
-			sz = SIZE_FULL;
-			break;
 		case 'F':
 			o->mode = MODE_FREE;
 			break;

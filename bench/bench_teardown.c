@@ -49,8 +49,7 @@ static int pagemap_fd = -1, kpf_fd = -1;
 static void parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-		{ "quick", no_argument, NULL, 'q' },
-		{ "full", no_argument, NULL, 'f' },
+		SIZE_OPTIONS,
 		{ "folio", required_argument, NULL, 'F' },
 		{ "size", required_argument, NULL, 's' },
 		{ NULL, 0, NULL, 0 },
@@ -61,13 +60,9 @@ static void parse(int argc, char **argv, struct opts *o)
 
 	o->folio = PAGE_SZ;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		if (size_option(c, &sz))
+			continue;
 		switch (c) {
-		case 'q':
-			sz = SIZE_QUICK;
-			break;
-		case 'f':
-			sz = SIZE_FULL;
-			break;
 		case 'F':
 			o->folio = parse_size(optarg);
 			break;

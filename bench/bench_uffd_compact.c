@@ -90,8 +90,7 @@ static void __noreturn bad_usage(const char *prog)
 static void parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-		{ "quick", no_argument, NULL, 'q' },
-		{ "full", no_argument, NULL, 'f' },
+		SIZE_OPTIONS,
 		{ "mode", required_argument, NULL, 'm' },
 		{ "move-size", required_argument, NULL, 's' },
 		{ "mutators", required_argument, NULL, 'M' },
@@ -107,13 +106,9 @@ static void parse(int argc, char **argv, struct opts *o)
 	o->chunk = PAGE_SZ;
 	o->mutators = 2;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		if (size_option(c, &sz))
+			continue;
 		switch (c) {
-		case 'q':
-			sz = SIZE_QUICK;
-			break;
-		case 'f':
-			sz = SIZE_FULL;
-			break;
 		case 'm':
 			if (!strcmp(optarg, "move"))
 				o->mode = MODE_MOVE;
