@@ -59,6 +59,7 @@ UPSTREAM = [
 # Our own guest tests: tests/guest/<name>.c, built by lab/build.py.
 OURS = [
     _t("ptlab", "pt_fork", timeout=600),
+    _t("ptlab", "migration_walk", timeout=900),
 ]
 
 ALL = UPSTREAM + OURS

@@ -1,0 +1,1200 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * migration_walk: what page migration must keep true while the restore walk
+ * of remove_migration_ptes() ends early (CONFIG_MIGRATION_WALK_EARLY_EXIT):
+ * after move_pages()/mbind() every process that maps a folio, through fork,
+ * shmem or a private file mapping, sees the same contents on the new node; a
+ * migration that fails (a page held by a pipe) puts every mapping back; and
+ * no migration entry is left behind when fork, exit, munmap, MADV_DONTNEED
+ * and mremap race with migrations.  A leftover entry makes the next access
+ * hang, so every test touches every page at the end; a wrong early stop is a
+ * WARNING on the debug kernel's console.
+ *
+ * The switch (/proc/sys/vm/migration_walk_early_exit) and the counter
+ * (pgmigrate_walk_early_exit in /proc/vmstat) do not exist on vanilla: what
+ * needs them is skipped there, the correctness checks still run.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <numaif.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kselftest_harness.h"
+
+#define PAGE_SIZE	4096UL
+#define SZ_64K		(64UL << 10)
+#define SZ_1M		(1UL << 20)
+#define SZ_2M		(2UL << 20)
+
+#define NR_CHILDREN	16	/* forked by the fork tests, half of them COW */
+#define STRESS_SECONDS	5	/* per stress variant; two variants */
+#define STRESS_PIECE	(16 * PAGE_SIZE)	/* unit of munmap/mremap */
+#define STRESS_KIDS	4	/* children alive at once in the stress */
+
+#define WALK_SYSCTL	"/proc/sys/vm/migration_walk_early_exit"
+#define WALK_VMSTAT	"pgmigrate_walk_early_exit"
+#define THP_DIR		"/sys/kernel/mm/transparent_hugepage"
+#define MTHP_64K	THP_DIR "/hugepages-64kB/enabled"
+#define MTHP_2M		THP_DIR "/hugepages-2048kB/enabled"
+#define NUMA_BALANCING	"/proc/sys/kernel/numa_balancing"
+
+#define KPF_COMPOUND_HEAD	15
+#define KPF_COMPOUND_TAIL	16
+
+/* --- knobs: saved before the first test, restored after each one ------- */
+
+struct knob {
+	const char *path;
+	char saved[32];		/* empty: absent */
+};
+
+static struct knob knobs[] = {
+	{ .path = WALK_SYSCTL },
+	{ .path = NUMA_BALANCING },
+	{ .path = MTHP_64K },
+	{ .path = MTHP_2M },
+};
+
+/* The value of a sysctl, or the [selected] word of a THP sysfs file */
+static int read_knob(const char *path, char *buf, size_t size)
+{
+	char raw[128], *start, *end;
+	int fd = open(path, O_RDONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, raw, sizeof(raw) - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	raw[n] = '\0';
+	start = strchr(raw, '[');
+	if (start) {
+		start++;
+		end = strchr(start, ']');
+	} else {
+		start = raw;
+		end = strchr(start, '\n');
+	}
+	if (end)
+		*end = '\0';
+	if (strlen(start) >= size)
+		return -ENAMETOOLONG;
+	strcpy(buf, start);
+	return 0;
+}
+
+static int write_knob(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY);
+	int ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, val, strlen(val)) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+static void __attribute__((constructor)) save_knobs(void)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(knobs); i++)
+		if (read_knob(knobs[i].path, knobs[i].saved, sizeof(knobs[i].saved)))
+			knobs[i].saved[0] = '\0';
+}
+
+/* Also run by the harness's main process at exit, after a test timed out */
+static void __attribute__((destructor)) restore_knobs(void)
+{
+	char now[32];
+
+	for (size_t i = 0; i < ARRAY_SIZE(knobs); i++) {
+		if (!knobs[i].saved[0])
+			continue;
+		if (!read_knob(knobs[i].path, now, sizeof(now)) &&
+		    !strcmp(now, knobs[i].saved))
+			continue;
+		write_knob(knobs[i].path, knobs[i].saved);
+	}
+}
+
+static bool walk_switch_present(void)
+{
+	return !access(WALK_SYSCTL, F_OK);
+}
+
+/* Set the early exit on (1) or off (0) where the kernel has the switch */
+static int set_walk_switch(int on)
+{
+	if (!walk_switch_present())
+		return 0;
+	return write_knob(WALK_SYSCTL, on ? "1\n" : "0\n");
+}
+
+static long vmstat(const char *name)
+{
+	char line[128];
+	size_t len = strlen(name);
+	long val = -1;
+	FILE *f = fopen("/proc/vmstat", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, name, len) && line[len] == ' ')
+			val = strtol(line + len + 1, NULL, 10);
+	fclose(f);
+	return val;
+}
+
+/*
+ * What every migration test needs: two nodes, and NUMA balancing off so that
+ * pages stay where move_pages() put them.  false: skipped.
+ */
+static bool prepare_migration(struct __test_metadata *_metadata)
+{
+	if (access("/sys/devices/system/node/node1", F_OK))
+		SKIP(return false, "needs two NUMA nodes");
+	if (!access(NUMA_BALANCING, F_OK))
+		ASSERT_EQ(0, write_knob(NUMA_BALANCING, "0\n"));
+	return true;
+}
+
+/* --- memory: patterns, placement, folio sizes ------------------------- */
+
+/* Each page holds its tag in its first and last word; never 0 */
+static unsigned long tag(unsigned int seed, unsigned long idx)
+{
+	return (unsigned long)seed << 32 | (idx + 1);
+}
+
+static unsigned long *first_word(char *page)
+{
+	return (unsigned long *)page;
+}
+
+static unsigned long *last_word(char *page)
+{
+	return (unsigned long *)(page + PAGE_SIZE) - 1;
+}
+
+/* Each access to a checked word is one load or store the compiler keeps */
+static unsigned long load_word(unsigned long *w)
+{
+	return __atomic_load_n(w, __ATOMIC_RELAXED);
+}
+
+static void store_word(unsigned long *w, unsigned long val)
+{
+	__atomic_store_n(w, val, __ATOMIC_RELAXED);
+}
+
+static void write_tag(char *page, unsigned long val)
+{
+	store_word(first_word(page), val);
+	store_word(last_word(page), val);
+}
+
+static void fill(char *p, unsigned long npages, unsigned int seed)
+{
+	for (unsigned long i = 0; i < npages; i++)
+		write_tag(p + i * PAGE_SIZE, tag(seed, i));
+}
+
+/* Read every page: the number that do not hold their tag */
+static unsigned long count_bad(char *p, unsigned long npages, unsigned int seed)
+{
+	unsigned long bad = 0;
+
+	for (unsigned long i = 0; i < npages; i++) {
+		char *page = p + i * PAGE_SIZE;
+
+		bad += load_word(first_word(page)) != tag(seed, i) ||
+		       load_word(last_word(page)) != tag(seed, i);
+	}
+	return bad;
+}
+
+/* Write a new pattern over every page and read it back */
+static unsigned long touch_all(char *p, unsigned long npages, unsigned int seed)
+{
+	fill(p, npages, seed);
+	return count_bad(p, npages, seed);
+}
+
+static void **page_addrs(char *p, unsigned long npages, unsigned long stride)
+{
+	void **addrs = calloc(npages, sizeof(*addrs));
+
+	for (unsigned long i = 0; addrs && i < npages; i++)
+		addrs[i] = p + i * stride;
+	return addrs;
+}
+
+/* The node of each page (or -errno: not mapped...), to free; NULL: failed */
+static int *page_nodes(char *p, unsigned long npages)
+{
+	void **addrs = page_addrs(p, npages, PAGE_SIZE);
+	int *nodes = calloc(npages, sizeof(*nodes));
+
+	if (!addrs || !nodes || move_pages(0, npages, addrs, NULL, nodes, 0)) {
+		free(nodes);
+		nodes = NULL;
+	}
+	free(addrs);
+	return nodes;
+}
+
+/* Pages not on @want[i] (or on @node if @want is NULL); -1 if unknown */
+static long count_misplaced(char *p, unsigned long npages, const int *want, int node)
+{
+	int *nodes = page_nodes(p, npages);
+	long bad = 0;
+
+	if (!nodes)
+		return -1;
+	for (unsigned long i = 0; i < npages; i++)
+		bad += nodes[i] != (want ? want[i] : node);
+	free(nodes);
+	return bad;
+}
+
+/*
+ * move_pages(MPOL_MF_MOVE_ALL) of one address every @stride bytes (one per
+ * folio) to @node: the number of folios not migrated, or -errno.
+ */
+static long migrate_range(char *p, unsigned long len, unsigned long stride, int node)
+{
+	unsigned long n = len / stride;
+	void **addrs = page_addrs(p, n, stride);
+	int *nodes = calloc(n, sizeof(*nodes));
+	int *status = calloc(n, sizeof(*status));
+	long ret = -ENOMEM;
+
+	if (addrs && nodes && status) {
+		for (unsigned long i = 0; i < n; i++)
+			nodes[i] = node;
+		ret = move_pages(0, n, addrs, nodes, status, MPOL_MF_MOVE_ALL);
+		if (ret < 0)
+			ret = -errno;
+	}
+	free(addrs);
+	free(nodes);
+	free(status);
+	return ret;
+}
+
+/* Allocations of this task on @node only (-1: back to the default policy) */
+static int bind_to_node(int node)
+{
+	unsigned long mask = 1UL << node;
+
+	if (node < 0)
+		return set_mempolicy(MPOL_DEFAULT, NULL, 0);
+	return set_mempolicy(MPOL_BIND, &mask, sizeof(mask) * 8);
+}
+
+static char *map_anon_aligned(unsigned long len, unsigned long align)
+{
+	char *raw = mmap(NULL, len + align, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *p;
+
+	if (raw == MAP_FAILED)
+		return NULL;
+	p = (char *)(((unsigned long)raw + align - 1) & ~(align - 1));
+	if (p > raw)
+		munmap(raw, p - raw);
+	munmap(p + len, raw + align - p);
+	return p;
+}
+
+static uint64_t pagemap_entry(int fd, char *addr)
+{
+	uint64_t ent = 0;
+
+	if (pread(fd, &ent, sizeof(ent), (unsigned long)addr / PAGE_SIZE * 8) != 8)
+		return 0;
+	return ent;
+}
+
+/* Does @p map the head of a folio of exactly @nr pages, all of it? */
+static bool is_folio_of(char *p, unsigned long nr)
+{
+	int pm = open("/proc/self/pagemap", O_RDONLY);
+	int kpf = open("/proc/kpageflags", O_RDONLY);
+	uint64_t pfn0 = 0, flags;
+	bool ok = pm >= 0 && kpf >= 0;
+
+	for (unsigned long i = 0; ok && i < nr; i++) {
+		uint64_t ent = pagemap_entry(pm, p + i * PAGE_SIZE);
+		uint64_t pfn = ent & ((1ULL << 55) - 1);
+
+		if (!(ent >> 63) || !pfn)
+			ok = false;
+		else if (!i)
+			pfn0 = pfn;
+		if (ok && (pfn != pfn0 + i ||
+			   pread(kpf, &flags, 8, pfn * 8) != 8 ||
+			   !(flags >> (i ? KPF_COMPOUND_TAIL : KPF_COMPOUND_HEAD) & 1)))
+			ok = false;
+	}
+	/* and the next page is not part of it */
+	if (ok) {
+		uint64_t ent = pagemap_entry(pm, p + nr * PAGE_SIZE);
+		uint64_t pfn = ent & ((1ULL << 55) - 1);
+
+		if ((ent >> 63) && pfn == pfn0 + nr &&
+		    pread(kpf, &flags, 8, pfn * 8) == 8 &&
+		    (flags >> KPF_COMPOUND_TAIL & 1))
+			ok = false;
+	}
+	if (pm >= 0)
+		close(pm);
+	if (kpf >= 0)
+		close(kpf);
+	return ok;
+}
+
+/* kB of a field ("AnonHugePages:") of the VMA that starts at @p */
+static long smaps_kb(char *p, const char *field)
+{
+	char line[256], want[32];
+	bool in_vma = false;
+	long val = -1;
+	FILE *f = fopen("/proc/self/smaps", "r");
+
+	if (!f)
+		return -1;
+	snprintf(want, sizeof(want), "%lx-", (unsigned long)p);
+	while (fgets(line, sizeof(line), f)) {
+		if (strchr(line, '-') && strchr(line, '-') < strchr(line, ' '))
+			in_vma = !strncmp(line, want, strlen(want));
+		else if (in_vma && !strncmp(line, field, strlen(field)))
+			val = strtol(line + strlen(field), NULL, 10);
+	}
+	fclose(f);
+	return val;
+}
+
+/* --- children forked before a migration, checking after it ------------ */
+
+/* What a child found wrong: its exit status */
+#define CHILD_BAD_DATA	1
+#define CHILD_MISPLACED	2
+#define CHILD_DIED	4
+
+/*
+ * The buffer the children share with the parent.  Children
+ * [0, nr_sharers) only read it, the others COW all of it with their own
+ * pattern before the migration.  They are forked in that order, so that the
+ * VMAs of the writers, which no longer map the parent's folios, come last in
+ * the anon_vma tree: every restore walk can stop before them.
+ */
+struct fork_ctx {
+	char *p;
+	unsigned long npages;
+	unsigned int seed;	/* the parent's pattern */
+	int nr_sharers;
+	const int *want;	/* node of each shared page after the migration */
+};
+
+static unsigned int child_seed(const struct fork_ctx *c, int idx)
+{
+	return idx < c->nr_sharers ? c->seed : c->seed + 1 + idx;
+}
+
+/* Before the migration: COW (writers) or map by reading (sharers) */
+static int child_setup(const struct fork_ctx *c, int idx)
+{
+	if (idx >= c->nr_sharers) {
+		fill(c->p, c->npages, child_seed(c, idx));
+		return 0;
+	}
+	return count_bad(c->p, c->npages, c->seed) ? CHILD_BAD_DATA : 0;
+}
+
+/* After the migration: own data intact, shared pages where the parent's are */
+static int child_check(const struct fork_ctx *c, int idx)
+{
+	int ret = 0;
+
+	if (count_bad(c->p, c->npages, child_seed(c, idx)))
+		ret |= CHILD_BAD_DATA;
+	if (idx < c->nr_sharers && count_misplaced(c->p, c->npages, c->want, 0))
+		ret |= CHILD_MISPLACED;
+	return ret;
+}
+
+struct children {
+	int nr;
+	pid_t pid[NR_CHILDREN];
+	int ready[2];	/* a byte from each child once set up */
+	int go[2];	/* the parent closes the write end: go on */
+};
+
+/*
+ * Fork @nr children that run child_setup(), then wait until children_go()
+ * to run child_check() and exit with its result.  0 once all are set up.
+ */
+static int children_fork(struct children *k, int nr, const struct fork_ctx *c)
+{
+	char b;
+
+	k->nr = 0;
+	if (pipe(k->ready) || pipe(k->go))
+		return -errno;
+	for (int i = 0; i < nr; i++) {
+		pid_t pid = fork();
+
+		if (pid < 0)
+			return -errno;
+		if (!pid) {
+			int ret;
+
+			close(k->ready[0]);
+			close(k->go[1]);
+			ret = child_setup(c, i);
+			if (write(k->ready[1], "r", 1) != 1)
+				_exit(CHILD_DIED);
+			close(k->ready[1]);
+			while (read(k->go[0], &b, 1) > 0)
+				;
+			_exit(ret | child_check(c, i));
+		}
+		k->pid[k->nr++] = pid;
+	}
+	close(k->ready[1]);
+	for (int i = 0; i < nr; i++)
+		if (read(k->ready[0], &b, 1) != 1)
+			return -EPIPE;
+	close(k->ready[0]);
+	return 0;
+}
+
+static void children_go(struct children *k)
+{
+	close(k->go[1]);
+	close(k->go[0]);
+}
+
+/* Wait for every child: the number that failed, each one logged */
+static int children_reap(struct children *k)
+{
+	int failed = 0;
+
+	for (int i = 0; i < k->nr; i++) {
+		int status = 0;
+
+		if (waitpid(k->pid[i], &status, 0) != k->pid[i] ||
+		    !WIFEXITED(status) || WEXITSTATUS(status)) {
+			ksft_print_msg("child %d: %s %d (1: bad data, 2: misplaced, 4: died)\n",
+				       i, WIFSIGNALED(status) ? "signal" : "exit",
+				       WIFSIGNALED(status) ? WTERMSIG(status) :
+				       WEXITSTATUS(status));
+			failed++;
+		}
+	}
+	k->nr = 0;
+	return failed;
+}
+
+/*
+ * The common body of the fork tests: @c->p filled on node 0, fork the
+ * children, migrate to node 1 one folio of @folio bytes at a time, and
+ * check contents and placement in the parent and then in every child.
+ * The number of folios migrated, for the counter checks.
+ */
+static unsigned long fork_migrate_check(struct __test_metadata *_metadata,
+					struct fork_ctx *c, int nr_children,
+					unsigned long folio)
+{
+	unsigned long len = c->npages * PAGE_SIZE;
+	struct children k;
+	long ret;
+
+	ASSERT_EQ(0, count_misplaced(c->p, c->npages, NULL, 0))
+		TH_LOG("the buffer is not on node 0 before the migration");
+	ASSERT_EQ(0, children_fork(&k, nr_children, c));
+
+	ret = migrate_range(c->p, len, folio, 1);
+	EXPECT_EQ(0, ret) TH_LOG("move_pages: %ld", ret);
+	EXPECT_EQ(0, count_misplaced(c->p, c->npages, c->want, 0))
+		TH_LOG("parent: pages not on node 1 after move_pages");
+	EXPECT_EQ(0, count_bad(c->p, c->npages, c->seed));
+
+	children_go(&k);
+	EXPECT_EQ(0, children_reap(&k));
+	return len / folio;
+}
+
+/*
+ * The counter: with the switch on, at least one early exit per folio
+ * migrated (@min); with it off, none.
+ */
+static void check_walk_counter(struct __test_metadata *_metadata, long before,
+			       int on, unsigned long min)
+{
+	long delta = vmstat(WALK_VMSTAT) - before;
+
+	if (before < 0 || !walk_switch_present()) {
+		TH_LOG("no %s or %s (vanilla?): counter not checked", WALK_SYSCTL,
+		       WALK_VMSTAT);
+		return;
+	}
+	TH_LOG("%s +%ld, %lu folios migrated, switch %s", WALK_VMSTAT, delta, min,
+	       on ? "on" : "off");
+	if (on) {
+		EXPECT_GE(delta, (long)min);
+	} else {
+		EXPECT_EQ(0, delta);
+	}
+}
+
+static int *nodes_all(unsigned long npages, int node)
+{
+	int *want = calloc(npages, sizeof(*want));
+
+	for (unsigned long i = 0; want && i < npages; i++)
+		want[i] = node;
+	return want;
+}
+
+/* --- 1. the switch ---------------------------------------------------- */
+
+TEST(walk_sysctl_rejects_bad_values)
+{
+	static const char * const bad[] = { "2\n", "-1\n", "abc\n" };
+	static const char * const good[] = { "0", "1" };
+	char val[32], before[32];
+
+	if (!walk_switch_present())
+		SKIP(return, "no %s (vanilla kernel?)", WALK_SYSCTL);
+	ASSERT_EQ(0, read_knob(WALK_SYSCTL, before, sizeof(before)));
+
+	for (size_t i = 0; i < ARRAY_SIZE(good); i++) {
+		char line[8];
+
+		snprintf(line, sizeof(line), "%s\n", good[i]);
+		EXPECT_EQ(0, write_knob(WALK_SYSCTL, line));
+		ASSERT_EQ(0, read_knob(WALK_SYSCTL, val, sizeof(val)));
+		EXPECT_STREQ(good[i], val);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		EXPECT_EQ(-EINVAL, write_knob(WALK_SYSCTL, bad[i]))
+			TH_LOG("writing %.*s", (int)strlen(bad[i]) - 1, bad[i]);
+		ASSERT_EQ(0, read_knob(WALK_SYSCTL, val, sizeof(val)));
+		EXPECT_STREQ("1", val) TH_LOG("a rejected write changed the value");
+	}
+	EXPECT_EQ(0, write_knob(WALK_SYSCTL, before));
+	restore_knobs();
+}
+
+/* --- 2, 3. anonymous memory shared by fork, COW-ed by half ------------- */
+
+FIXTURE(anon_fork) {
+	char *p;
+	unsigned long len;
+};
+
+FIXTURE_VARIANT(anon_fork) {
+	unsigned long folio;	/* bytes */
+	int walk;		/* the switch */
+};
+
+FIXTURE_VARIANT_ADD(anon_fork, page_walk_on) { .folio = PAGE_SIZE, .walk = 1 };
+FIXTURE_VARIANT_ADD(anon_fork, page_walk_off) { .folio = PAGE_SIZE, .walk = 0 };
+FIXTURE_VARIANT_ADD(anon_fork, mthp64k_walk_on) { .folio = SZ_64K, .walk = 1 };
+FIXTURE_VARIANT_ADD(anon_fork, mthp64k_walk_off) { .folio = SZ_64K, .walk = 0 };
+FIXTURE_VARIANT_ADD(anon_fork, pmd_walk_on) { .folio = SZ_2M, .walk = 1 };
+FIXTURE_VARIANT_ADD(anon_fork, pmd_walk_off) { .folio = SZ_2M, .walk = 0 };
+
+/*
+ * 1 MiB of base pages or of 64 KiB mTHPs (too small for a PMD THP), or two
+ * PMD THPs.
+ */
+FIXTURE_SETUP(anon_fork)
+{
+	self->p = NULL;
+	if (!prepare_migration(_metadata))
+		return;
+	ASSERT_EQ(0, set_walk_switch(variant->walk));
+
+	self->len = SZ_1M;
+	if (variant->folio == SZ_64K) {
+		if (access(MTHP_64K, F_OK))
+			SKIP(return, "no %s", MTHP_64K);
+		ASSERT_EQ(0, write_knob(MTHP_64K, "always\n"));
+	} else if (variant->folio == SZ_2M) {
+		if (access(MTHP_2M, F_OK))
+			SKIP(return, "no %s", MTHP_2M);
+		ASSERT_EQ(0, write_knob(MTHP_2M, "madvise\n"));
+		self->len = 2 * SZ_2M;
+	}
+	self->p = map_anon_aligned(self->len, variant->folio);
+	ASSERT_NE(NULL, self->p);
+	ASSERT_EQ(0, madvise(self->p, self->len, variant->folio == PAGE_SIZE ?
+			     MADV_NOHUGEPAGE : MADV_HUGEPAGE));
+}
+
+FIXTURE_TEARDOWN(anon_fork)
+{
+	if (self->p)
+		munmap(self->p, self->len);
+	restore_knobs();
+}
+
+TEST_F_TIMEOUT(anon_fork, contents_and_placement, 180)
+{
+	unsigned long npages = self->len / PAGE_SIZE;
+	struct fork_ctx c = {
+		.p = self->p, .npages = npages, .seed = 0x5eed,
+		.nr_sharers = NR_CHILDREN / 2, .want = nodes_all(npages, 1),
+	};
+	unsigned long folios;
+	long before;
+
+	ASSERT_NE(NULL, c.want);
+	ASSERT_EQ(0, bind_to_node(0));
+	fill(self->p, npages, c.seed);
+	ASSERT_EQ(0, bind_to_node(-1));
+
+	for (unsigned long off = 0; variant->folio > PAGE_SIZE && off < self->len;
+	     off += variant->folio)
+		if (!is_folio_of(self->p + off, variant->folio / PAGE_SIZE))
+			SKIP(return, "no %lu kB folio at fault (offset %lu kB)",
+			     variant->folio >> 10, off >> 10);
+	if (variant->folio == SZ_2M)
+		ASSERT_EQ(self->len >> 10, smaps_kb(self->p, "AnonHugePages:"))
+			TH_LOG("the THPs are not PMD-mapped");
+
+	before = vmstat(WALK_VMSTAT);
+	folios = fork_migrate_check(_metadata, &c, NR_CHILDREN, variant->folio);
+	check_walk_counter(_metadata, before, variant->walk, folios);
+
+	if (variant->folio == SZ_2M)
+		TH_LOG("after the migration: AnonHugePages %ld kB",
+		       smaps_kb(self->p, "AnonHugePages:"));
+	EXPECT_EQ(0, touch_all(self->p, npages, c.seed + 100));
+	free((void *)c.want);
+}
+
+/* --- 4. shmem and a private file mapping, mapped in every child -------- */
+
+FIXTURE(file_fork) {
+	int fd;
+	char *p;
+	unsigned long len;
+};
+
+FIXTURE_VARIANT(file_fork) {
+	bool shmem;	/* memfd MAP_SHARED, or a /tmp file MAP_PRIVATE read-only */
+};
+
+FIXTURE_VARIANT_ADD(file_fork, shmem) { .shmem = true };
+FIXTURE_VARIANT_ADD(file_fork, private_file) { .shmem = false };
+
+#define FILE_SEED	0xf11e
+
+/* The file written on node 0: its page cache is there */
+FIXTURE_SETUP(file_fork)
+{
+	char path[] = "/tmp/migration_walk.XXXXXX";
+	unsigned long npages;
+	char *buf;
+
+	self->p = NULL;
+	self->fd = -1;
+	if (!prepare_migration(_metadata))
+		return;
+	ASSERT_EQ(0, set_walk_switch(1));
+	self->len = SZ_1M;
+	npages = self->len / PAGE_SIZE;
+
+	if (variant->shmem) {
+		self->fd = memfd_create("migration_walk", 0);
+	} else {
+		self->fd = mkstemp(path);
+		unlink(path);
+	}
+	ASSERT_LE(0, self->fd);
+	buf = calloc(1, self->len);
+	ASSERT_NE(NULL, buf);
+	fill(buf, npages, FILE_SEED);
+	ASSERT_EQ(0, bind_to_node(0));
+	ASSERT_EQ(self->len, pwrite(self->fd, buf, self->len, 0));
+	ASSERT_EQ(0, bind_to_node(-1));
+	free(buf);
+
+	self->p = mmap(NULL, self->len, variant->shmem ? PROT_READ | PROT_WRITE : PROT_READ,
+		       variant->shmem ? MAP_SHARED : MAP_PRIVATE, self->fd, 0);
+	ASSERT_NE(MAP_FAILED, self->p);
+}
+
+FIXTURE_TEARDOWN(file_fork)
+{
+	if (self->p && self->p != MAP_FAILED)
+		munmap(self->p, self->len);
+	if (self->fd >= 0)
+		close(self->fd);
+	restore_knobs();
+}
+
+/* Every child maps the pages by reading them before the migration */
+TEST_F_TIMEOUT(file_fork, contents_and_placement, 180)
+{
+	unsigned long npages = self->len / PAGE_SIZE;
+	struct fork_ctx c = {
+		.p = self->p, .npages = npages, .seed = FILE_SEED,
+		.nr_sharers = NR_CHILDREN, .want = nodes_all(npages, 1),
+	};
+	long before = vmstat(WALK_VMSTAT);
+
+	ASSERT_NE(NULL, c.want);
+	ASSERT_EQ(0, count_bad(self->p, npages, FILE_SEED));
+	fork_migrate_check(_metadata, &c, NR_CHILDREN, PAGE_SIZE);
+	if (before >= 0)
+		TH_LOG("%s +%ld", WALK_VMSTAT, vmstat(WALK_VMSTAT) - before);
+
+	if (variant->shmem) {
+		EXPECT_EQ(0, touch_all(self->p, npages, FILE_SEED + 1));
+	} else {
+		EXPECT_EQ(0, count_bad(self->p, npages, FILE_SEED));
+	}
+}
+
+/* --- 5. a failed migration is undone everywhere ----------------------- */
+
+FIXTURE(undo) {
+	char *p;
+	int pipe[2];
+};
+
+#define UNDO_PAGES	32
+#define UNDO_CHILDREN	4
+#define PIN_WRITTEN	5	/* pinned, then written while pinned */
+#define PIN_KEPT	20	/* pinned, moved once the pipe is gone */
+
+FIXTURE_SETUP(undo)
+{
+	self->p = NULL;
+	self->pipe[0] = -1;
+	self->pipe[1] = -1;
+	if (!prepare_migration(_metadata))
+		return;
+	ASSERT_EQ(0, set_walk_switch(1));
+	self->p = map_anon_aligned(UNDO_PAGES * PAGE_SIZE, PAGE_SIZE);
+	ASSERT_NE(NULL, self->p);
+	ASSERT_EQ(0, madvise(self->p, UNDO_PAGES * PAGE_SIZE, MADV_NOHUGEPAGE));
+}
+
+FIXTURE_TEARDOWN(undo)
+{
+	if (self->p)
+		munmap(self->p, UNDO_PAGES * PAGE_SIZE);
+	if (self->pipe[0] >= 0)
+		close(self->pipe[0]);
+	if (self->pipe[1] >= 0)
+		close(self->pipe[1]);
+	restore_knobs();
+}
+
+/*
+ * Two pages spliced into a pipe (not read back: the pipe holds a reference)
+ * cannot migrate; migrate_pages() unmaps them, fails and puts the mappings
+ * back in the parent and in the children that share them.
+ */
+TEST_F_TIMEOUT(undo, vmsplice_pinned_pages, 120)
+{
+	const unsigned int seed = 0xd0;
+	const unsigned long written = tag(seed + 1, PIN_WRITTEN);
+	char *pin_w = self->p + PIN_WRITTEN * PAGE_SIZE;
+	struct iovec iov[] = {
+		{ .iov_base = pin_w, .iov_len = PAGE_SIZE },
+		{ .iov_base = self->p + PIN_KEPT * PAGE_SIZE, .iov_len = PAGE_SIZE },
+	};
+	int want[UNDO_PAGES];
+	struct fork_ctx c = {
+		.p = self->p, .npages = UNDO_PAGES, .seed = seed,
+		.nr_sharers = UNDO_CHILDREN, .want = want,
+	};
+	struct children k;
+	long ret;
+
+	for (int i = 0; i < UNDO_PAGES; i++)
+		want[i] = i == PIN_WRITTEN || i == PIN_KEPT ? 0 : 1;
+	ASSERT_EQ(0, bind_to_node(0));
+	fill(self->p, UNDO_PAGES, seed);
+	ASSERT_EQ(0, bind_to_node(-1));
+	ASSERT_EQ(0, count_misplaced(self->p, UNDO_PAGES, NULL, 0));
+	ASSERT_EQ(0, children_fork(&k, UNDO_CHILDREN, &c));
+
+	ASSERT_EQ(0, pipe(self->pipe));
+	ASSERT_EQ(2 * PAGE_SIZE, vmsplice(self->pipe[1], iov, 2, 0));
+
+	ret = migrate_range(self->p, UNDO_PAGES * PAGE_SIZE, PAGE_SIZE, 1);
+	EXPECT_LE(0, ret) TH_LOG("move_pages: %ld", ret);
+	TH_LOG("move_pages with two pinned pages: %ld not migrated", ret);
+	EXPECT_EQ(0, count_misplaced(self->p, UNDO_PAGES, want, 0))
+		TH_LOG("pinned pages must stay on node 0, the others move to 1");
+	EXPECT_EQ(0, count_bad(self->p, UNDO_PAGES, seed));
+
+	/* the undone mapping is writable (the write COWs away from the pipe) */
+	store_word(first_word(pin_w), written);
+	EXPECT_EQ(written, load_word(first_word(pin_w)));
+
+	children_go(&k);
+	EXPECT_EQ(0, children_reap(&k));
+
+	/* the pipe gone, the kept page migrates like the rest */
+	close(self->pipe[0]);
+	close(self->pipe[1]);
+	self->pipe[0] = -1;
+	self->pipe[1] = -1;
+	EXPECT_EQ(0, migrate_range(self->p, UNDO_PAGES * PAGE_SIZE, PAGE_SIZE, 1));
+	EXPECT_EQ(0, count_misplaced(self->p, UNDO_PAGES, NULL, 1));
+	EXPECT_EQ(written, load_word(first_word(pin_w)));
+	store_word(first_word(pin_w), tag(seed, PIN_WRITTEN));
+	EXPECT_EQ(0, count_bad(self->p, UNDO_PAGES, seed));
+	EXPECT_EQ(0, touch_all(self->p, UNDO_PAGES, seed + 2));
+}
+
+/* --- 6. migrations racing with fork, exit, munmap, DONTNEED, mremap ---- */
+
+#define STRESS_LEN	(2 * SZ_1M)
+#define STRESS_PAGES	(STRESS_LEN / PAGE_SIZE)
+#define STRESS_PIECES	(STRESS_LEN / STRESS_PIECE)
+#define STRESS_SEED	0x57
+
+/*
+ * Invariant: each word the test checks holds its page's tag, or 0 if the
+ * page may have been dropped: MADV_DONTNEED hits only odd pages, munmap +
+ * mmap only odd pieces, so the even pages of even pieces keep their tag all
+ * along (mremap keeps the contents).  Pieces are absent only under the write
+ * side of @layout, so whoever touches the buffer (the refill, fork) holds
+ * the read side.
+ */
+struct stress {
+	char *p;
+	int fd;			/* shmem variant: the memfd, else -1 */
+	char *scratch;		/* where mremap moves a piece, PROT_NONE */
+	pthread_rwlock_t layout;
+	bool stop;		/* __atomic: read by the threads */
+	/* results */
+	unsigned long migrations, mbinds, dontneeds, remaps, forks;
+	unsigned long migrate_errors, bad_children;
+	int last_errno;
+};
+
+static bool stress_stopped(struct stress *s)
+{
+	return __atomic_load_n(&s->stop, __ATOMIC_RELAXED);
+}
+
+static bool stress_may_drop(unsigned long idx)
+{
+	return idx % 2 || idx / (STRESS_PIECE / PAGE_SIZE) % 2;
+}
+
+static bool word_ok(unsigned long v, unsigned long idx)
+{
+	return v == tag(STRESS_SEED, idx) || (!v && stress_may_drop(idx));
+}
+
+static unsigned long stress_count_bad(char *p)
+{
+	unsigned long bad = 0;
+
+	for (unsigned long i = 0; i < STRESS_PAGES; i++) {
+		char *page = p + i * PAGE_SIZE;
+
+		bad += !word_ok(load_word(first_word(page)), i) ||
+		       !word_ok(load_word(last_word(page)), i);
+	}
+	return bad;
+}
+
+static void stress_fill_page(char *p, unsigned long idx)
+{
+	write_tag(p + idx * PAGE_SIZE, tag(STRESS_SEED, idx));
+}
+
+/* Move the whole range back and forth; every fourth round with mbind() */
+static void *stress_migrate(void *arg)
+{
+	struct stress *s = arg;
+	unsigned long mask;
+	int node = 0;
+	long ret;
+
+	for (unsigned long round = 0; !stress_stopped(s); round++) {
+		node ^= 1;
+		if (round % 4 == 3) {
+			mask = 1UL << node;
+			ret = mbind(s->p, STRESS_LEN, MPOL_BIND, &mask, sizeof(mask) * 8,
+				    MPOL_MF_MOVE_ALL);
+			/* EFAULT: a piece is out (munmap, mremap) right now */
+			if (ret && errno != EFAULT) {
+				s->migrate_errors++;
+				s->last_errno = errno;
+			}
+			s->mbinds++;
+			continue;
+		}
+		ret = migrate_range(s->p, STRESS_LEN, PAGE_SIZE, node);
+		if (ret < 0) {
+			s->migrate_errors++;
+			s->last_errno = -ret;
+		}
+		s->migrations++;
+	}
+	return NULL;
+}
+
+/* MADV_DONTNEED a random odd page, refill another one if it is empty */
+static void *stress_dontneed(void *arg)
+{
+	struct stress *s = arg;
+	unsigned int seed = 1;
+
+	while (!stress_stopped(s)) {
+		unsigned long i = rand_r(&seed) % STRESS_PAGES | 1;
+
+		madvise(s->p + i * PAGE_SIZE, PAGE_SIZE, MADV_DONTNEED);
+		s->dontneeds++;
+		i = rand_r(&seed) % STRESS_PAGES;
+		pthread_rwlock_rdlock(&s->layout);
+		if (!load_word(first_word(s->p + i * PAGE_SIZE)))
+			stress_fill_page(s->p, i);
+		pthread_rwlock_unlock(&s->layout);
+	}
+	return NULL;
+}
+
+/* A piece of the buffer as it was mapped: fresh anon memory, or the memfd */
+static void *stress_map_piece(struct stress *s, char *addr)
+{
+	if (s->fd < 0)
+		return mmap(addr, STRESS_PIECE, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+	return mmap(addr, STRESS_PIECE, PROT_READ | PROT_WRITE,
+		    MAP_SHARED | MAP_FIXED, s->fd, addr - s->p);
+}
+
+/*
+ * munmap + mmap MAP_FIXED of an odd piece, or mremap any piece to the
+ * scratch area and back; one at a time, so that the only holes are ours.
+ */
+static void *stress_remap(void *arg)
+{
+	struct stress *s = arg;
+	unsigned int seed = 2;
+	bool ok = true;
+
+	while (!stress_stopped(s) && ok) {
+		unsigned long n = rand_r(&seed) % STRESS_PIECES;
+		char *piece;
+
+		if (s->remaps % 2)
+			n |= 1;
+		piece = s->p + n * STRESS_PIECE;
+		pthread_rwlock_wrlock(&s->layout);
+		if (s->remaps % 2) {
+			ok = !munmap(piece, STRESS_PIECE) &&
+			     stress_map_piece(s, piece) == piece;
+			if (ok && s->fd < 0)
+				madvise(piece, STRESS_PIECE, MADV_NOHUGEPAGE);
+		} else {
+			ok = mremap(piece, STRESS_PIECE, STRESS_PIECE,
+				    MREMAP_MAYMOVE | MREMAP_FIXED, s->scratch) == s->scratch &&
+			     mremap(s->scratch, STRESS_PIECE, STRESS_PIECE,
+				    MREMAP_MAYMOVE | MREMAP_FIXED, piece) == piece &&
+			     mmap(s->scratch, STRESS_PIECE, PROT_NONE,
+				  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == s->scratch;
+		}
+		pthread_rwlock_unlock(&s->layout);
+		if (!ok)
+			s->last_errno = errno;
+		s->remaps++;
+		usleep(1000);
+	}
+	return (void *)(long)!ok;
+}
+
+/* A child: check and touch everything, COW or drop some pages, exit */
+static void stress_child(struct stress *s, unsigned int seed)
+{
+	if (stress_count_bad(s->p))
+		_exit(CHILD_BAD_DATA);
+	for (int j = 0; j < 8; j++) {
+		unsigned long i = rand_r(&seed) % STRESS_PAGES;
+
+		stress_fill_page(s->p, i);
+		i = rand_r(&seed) % STRESS_PAGES;
+		madvise(s->p + i * PAGE_SIZE, PAGE_SIZE, MADV_DONTNEED);
+	}
+	if (seed % 2)
+		munmap(s->p + seed % STRESS_PIECES * STRESS_PIECE, STRESS_PIECE);
+	_exit(0);
+}
+
+/* Reap the children that exited, waiting for one if @wait */
+static void stress_reap(struct stress *s, int *alive, bool wait)
+{
+	int status;
+
+	while (*alive && waitpid(-1, &status, wait ? 0 : WNOHANG) > 0) {
+		(*alive)--;
+		wait = false;
+		if (!WIFEXITED(status) || WEXITSTATUS(status))
+			s->bad_children++;
+	}
+}
+
+/* Keep STRESS_KIDS children forking and exiting until the time is up */
+static void stress_fork_loop(struct stress *s, time_t end)
+{
+	int alive = 0;
+
+	while (time(NULL) < end) {
+		pid_t pid;
+
+		stress_reap(s, &alive, alive >= STRESS_KIDS);
+		pthread_rwlock_rdlock(&s->layout);
+		pid = fork();
+		pthread_rwlock_unlock(&s->layout);
+		if (!pid)
+			stress_child(s, s->forks * 7 + 3);
+		if (pid > 0) {
+			alive++;
+			s->forks++;
+		}
+	}
+	__atomic_store_n(&s->stop, true, __ATOMIC_RELAXED);
+	while (alive)
+		stress_reap(s, &alive, true);
+}
+
+FIXTURE(stress) {
+	struct stress s;
+};
+
+FIXTURE_VARIANT(stress) {
+	bool shmem;
+	bool thp;	/* anon in PMD THPs: PMD entries, split by the others */
+};
+
+FIXTURE_VARIANT_ADD(stress, anon) { };
+FIXTURE_VARIANT_ADD(stress, thp) { .thp = true };
+FIXTURE_VARIANT_ADD(stress, shmem) { .shmem = true };
+
+FIXTURE_SETUP(stress)
+{
+	struct stress *s = &self->s;
+
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	if (!prepare_migration(_metadata))
+		return;
+	ASSERT_EQ(0, set_walk_switch(1));
+	ASSERT_EQ(0, pthread_rwlock_init(&s->layout, NULL));
+	if (variant->thp) {
+		if (access(MTHP_2M, F_OK))
+			SKIP(return, "no %s", MTHP_2M);
+		ASSERT_EQ(0, write_knob(MTHP_2M, "madvise\n"));
+	}
+	s->scratch = mmap(NULL, STRESS_PIECE, PROT_NONE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, s->scratch);
+	if (variant->shmem) {
+		s->fd = memfd_create("migration_walk_stress", 0);
+		ASSERT_LE(0, s->fd);
+		ASSERT_EQ(0, ftruncate(s->fd, STRESS_LEN));
+		s->p = mmap(NULL, STRESS_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+	} else {
+		s->p = map_anon_aligned(STRESS_LEN, variant->thp ? SZ_2M : PAGE_SIZE);
+		if (!s->p)
+			s->p = MAP_FAILED;
+	}
+	ASSERT_NE(MAP_FAILED, s->p);
+	if (!variant->shmem)
+		ASSERT_EQ(0, madvise(s->p, STRESS_LEN,
+				     variant->thp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE));
+	for (unsigned long i = 0; i < STRESS_PAGES; i++)
+		stress_fill_page(s->p, i);
+	if (variant->thp && smaps_kb(s->p, "AnonHugePages:") != STRESS_LEN >> 10)
+		SKIP(return, "no PMD THP at fault");
+}
+
+FIXTURE_TEARDOWN(stress)
+{
+	if (self->s.p && self->s.p != MAP_FAILED)
+		munmap(self->s.p, STRESS_LEN);
+	if (self->s.scratch && self->s.scratch != MAP_FAILED)
+		munmap(self->s.scratch, STRESS_PIECE);
+	if (self->s.fd >= 0)
+		close(self->s.fd);
+	restore_knobs();
+}
+
+TEST_F_TIMEOUT(stress, fork_exit_unmap_dontneed_mremap, 240)
+{
+	void *(*const fns[])(void *) = { stress_migrate, stress_dontneed, stress_remap };
+	struct stress *s = &self->s;
+	long walk_before = vmstat(WALK_VMSTAT);
+	long moved_before = vmstat("pgmigrate_success");
+	long thp_before = vmstat("thp_migration_success");
+	pthread_t threads[ARRAY_SIZE(fns)];
+	long remap_failed = 0, unplaced = 0;
+	int *nodes;
+	void *ret;
+
+	for (size_t i = 0; i < ARRAY_SIZE(fns); i++)
+		ASSERT_EQ(0, pthread_create(&threads[i], NULL, fns[i], s));
+	stress_fork_loop(s, time(NULL) + STRESS_SECONDS);
+	for (size_t i = 0; i < ARRAY_SIZE(fns); i++) {
+		ASSERT_EQ(0, pthread_join(threads[i], &ret));
+		remap_failed |= (long)ret;
+	}
+
+	TH_LOG("%lu move_pages, %lu mbind: %ld pages (%ld THPs) moved; %lu forks, %lu dontneed, %lu remaps",
+	       s->migrations, s->mbinds, vmstat("pgmigrate_success") - moved_before,
+	       vmstat("thp_migration_success") - thp_before,
+	       s->forks, s->dontneeds, s->remaps);
+	/* a piece may be missing: touching it would crash */
+	ASSERT_EQ(0, remap_failed) TH_LOG("munmap/mmap/mremap: errno %d", s->last_errno);
+	EXPECT_EQ(0, s->migrate_errors) TH_LOG("move_pages/mbind: errno %d", s->last_errno);
+	EXPECT_EQ(0, s->bad_children);
+	EXPECT_LT(0, s->migrations);
+	EXPECT_LT(0, s->forks);
+
+	/* every page, touched: its tag or 0, then its tag written back */
+	EXPECT_EQ(0, stress_count_bad(s->p));
+	EXPECT_EQ(0, touch_all(s->p, STRESS_PAGES, STRESS_SEED));
+	nodes = page_nodes(s->p, STRESS_PAGES);
+	ASSERT_NE(NULL, nodes);
+	for (unsigned long i = 0; i < STRESS_PAGES; i++)
+		unplaced += nodes[i] < 0;
+	EXPECT_EQ(0, unplaced) TH_LOG("pages without a node after touching them all");
+	free(nodes);
+
+	if (walk_before < 0 || !walk_switch_present()) {
+		TH_LOG("no %s (vanilla?): counter not checked", WALK_SYSCTL);
+	} else {
+		EXPECT_LT(walk_before, vmstat(WALK_VMSTAT));
+	}
+}
+
+TEST_HARNESS_MAIN
