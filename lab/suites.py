@@ -60,6 +60,7 @@ UPSTREAM = [
 OURS = [
     _t("ptlab", "pt_fork", timeout=600),
     _t("ptlab", "migration_walk", timeout=900),
+    _t("ptlab", "pt_reclaim", timeout=600),
 ]
 
 ALL = UPSTREAM + OURS

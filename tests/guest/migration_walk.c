@@ -3,12 +3,13 @@
  * migration_walk: what page migration must keep true while the restore walk
  * of remove_migration_ptes() ends early (CONFIG_MIGRATION_WALK_EARLY_EXIT):
  * after move_pages()/mbind() every process that maps a folio, through fork,
- * shmem or a private file mapping, sees the same contents on the new node; a
- * migration that fails (a page held by a pipe) puts every mapping back; and
+ * shmem, a private file mapping or KSM, sees the same contents on the new
+ * node; a migration that fails (a page held by a pipe) puts every mapping back; and
  * no migration entry is left behind when fork, exit, munmap, MADV_DONTNEED
- * and mremap race with migrations.  A leftover entry makes the next access
- * hang, so every test touches every page at the end; a wrong early stop is a
- * WARNING on the debug kernel's console.
+ * and mremap race with migrations (while pagemap, kpageflags and smaps are
+ * read).  A leftover entry makes the next access hang, so every test touches
+ * every page at the end; a wrong early stop is a WARNING on the debug
+ * kernel's console.
  *
  * The switch (/proc/sys/vm/migration_walk_early_exit) and the counter
  * (pgmigrate_walk_early_exit in /proc/vmstat) do not exist on vanilla: what
@@ -47,6 +48,7 @@
 #define MTHP_64K	THP_DIR "/hugepages-64kB/enabled"
 #define MTHP_2M		THP_DIR "/hugepages-2048kB/enabled"
 #define NUMA_BALANCING	"/proc/sys/kernel/numa_balancing"
+#define KSM_RUN		"/sys/kernel/mm/ksm/run"
 
 #define KPF_COMPOUND_HEAD	15
 #define KPF_COMPOUND_TAIL	16
@@ -61,6 +63,7 @@ struct knob {
 static struct knob knobs[] = {
 	{ .path = WALK_SYSCTL },
 	{ .path = NUMA_BALANCING },
+	{ .path = KSM_RUN },
 	{ .path = MTHP_64K },
 	{ .path = MTHP_2M },
 };
@@ -174,9 +177,14 @@ static bool prepare_migration(struct __test_metadata *_metadata)
 
 /* --- memory: patterns, placement, folio sizes ------------------------- */
 
+/* In a seed: every page gets the same tag, so that KSM can merge them */
+#define SAME_TAG	0x80000000u
+
 /* Each page holds its tag in its first and last word; never 0 */
 static unsigned long tag(unsigned int seed, unsigned long idx)
 {
+	if (seed & SAME_TAG)
+		idx = 0;
 	return (unsigned long)seed << 32 | (idx + 1);
 }
 
@@ -775,6 +783,78 @@ TEST_F_TIMEOUT(file_fork, contents_and_placement, 180)
 	}
 }
 
+/* --- 4b. KSM pages: one folio mapped by every page of every process ---- */
+
+#define KSM_PAGES	64
+#define KSM_CHILDREN	4
+#define KSM_SEED	(SAME_TAG | 0x4b)
+
+static long ksm_merging_pages(void)
+{
+	char buf[32];
+
+	if (read_knob("/proc/self/ksm_merging_pages", buf, sizeof(buf)))
+		return -1;
+	return strtol(buf, NULL, 10);
+}
+
+FIXTURE(ksm) {
+	char *p;
+};
+
+/* KSM_PAGES identical pages on node 0, merged by ksmd into one KSM folio */
+FIXTURE_SETUP(ksm)
+{
+	long merged = 0;
+
+	self->p = NULL;
+	if (!prepare_migration(_metadata))
+		return;
+	if (access(KSM_RUN, F_OK))
+		SKIP(return, "no %s", KSM_RUN);
+	ASSERT_EQ(0, set_walk_switch(1));
+	self->p = map_anon_aligned(KSM_PAGES * PAGE_SIZE, PAGE_SIZE);
+	ASSERT_NE(NULL, self->p);
+	ASSERT_EQ(0, madvise(self->p, KSM_PAGES * PAGE_SIZE, MADV_NOHUGEPAGE));
+	ASSERT_EQ(0, bind_to_node(0));
+	fill(self->p, KSM_PAGES, KSM_SEED);
+	ASSERT_EQ(0, bind_to_node(-1));
+
+	ASSERT_EQ(0, madvise(self->p, KSM_PAGES * PAGE_SIZE, MADV_MERGEABLE));
+	ASSERT_EQ(0, write_knob(KSM_RUN, "1\n"));
+	for (int i = 0; i < 600 && merged < KSM_PAGES; i++) {
+		usleep(100 * 1000);
+		merged = ksm_merging_pages();
+	}
+	if (merged < KSM_PAGES)
+		SKIP(return, "ksmd merged %ld of %d pages in 60 s", merged, KSM_PAGES);
+	ASSERT_EQ(0, write_knob(KSM_RUN, "0\n"));	/* no merging from here on */
+}
+
+FIXTURE_TEARDOWN(ksm)
+{
+	if (self->p)
+		munmap(self->p, KSM_PAGES * PAGE_SIZE);
+	restore_knobs();
+}
+
+/* rmap_walk_ksm() must stop as the anon and file walks do */
+TEST_F_TIMEOUT(ksm, fork_contents_and_placement, 240)
+{
+	struct fork_ctx c = {
+		.p = self->p, .npages = KSM_PAGES, .seed = KSM_SEED,
+		.nr_sharers = KSM_CHILDREN, .want = nodes_all(KSM_PAGES, 1),
+	};
+	long before = vmstat(WALK_VMSTAT);
+
+	ASSERT_NE(NULL, c.want);
+	fork_migrate_check(_metadata, &c, KSM_CHILDREN, PAGE_SIZE);
+	if (before >= 0)
+		TH_LOG("%s +%ld", WALK_VMSTAT, vmstat(WALK_VMSTAT) - before);
+	EXPECT_EQ(0, touch_all(self->p, KSM_PAGES, KSM_SEED + 1));
+	free((void *)c.want);
+}
+
 /* --- 5. a failed migration is undone everywhere ----------------------- */
 
 FIXTURE(undo) {
@@ -893,7 +973,7 @@ struct stress {
 	pthread_rwlock_t layout;
 	bool stop;		/* __atomic: read by the threads */
 	/* results */
-	unsigned long migrations, mbinds, dontneeds, remaps, forks;
+	unsigned long migrations, mbinds, dontneeds, remaps, forks, reads;
 	unsigned long migrate_errors, bad_children;
 	int last_errno;
 };
@@ -980,6 +1060,39 @@ static void *stress_dontneed(void *arg)
 			stress_fill_page(s->p, i);
 		pthread_rwlock_unlock(&s->layout);
 	}
+	return NULL;
+}
+
+/*
+ * Readers of mappings and page flags in the unmap/remap window: pagemap of
+ * the range, the flags of each page it maps, and the whole smaps.
+ */
+static void *stress_read(void *arg)
+{
+	struct stress *s = arg;
+	int pm = open("/proc/self/pagemap", O_RDONLY);
+	int kpf = open("/proc/kpageflags", O_RDONLY);
+	char buf[4096];
+	uint64_t ent, flags;
+	FILE *f;
+
+	while (!stress_stopped(s) && pm >= 0 && kpf >= 0) {
+		for (unsigned long i = 0; i < STRESS_PAGES; i++) {
+			ent = pagemap_entry(pm, s->p + i * PAGE_SIZE);
+			if (ent >> 63)
+				pread(kpf, &flags, 8, (ent & ((1ULL << 55) - 1)) * 8);
+		}
+		f = fopen("/proc/self/smaps", "r");
+		while (f && fread(buf, 1, sizeof(buf), f) > 0)
+			;
+		if (f)
+			fclose(f);
+		s->reads++;
+	}
+	if (pm >= 0)
+		close(pm);
+	if (kpf >= 0)
+		close(kpf);
 	return NULL;
 }
 
@@ -1151,7 +1264,9 @@ FIXTURE_TEARDOWN(stress)
 
 TEST_F_TIMEOUT(stress, fork_exit_unmap_dontneed_mremap, 240)
 {
-	void *(*const fns[])(void *) = { stress_migrate, stress_dontneed, stress_remap };
+	void *(*const fns[])(void *) = {
+		stress_migrate, stress_dontneed, stress_remap, stress_read,
+	};
 	struct stress *s = &self->s;
 	long walk_before = vmstat(WALK_VMSTAT);
 	long moved_before = vmstat("pgmigrate_success");
@@ -1169,10 +1284,11 @@ TEST_F_TIMEOUT(stress, fork_exit_unmap_dontneed_mremap, 240)
 		remap_failed |= (long)ret;
 	}
 
-	TH_LOG("%lu move_pages, %lu mbind: %ld pages (%ld THPs) moved; %lu forks, %lu dontneed, %lu remaps",
+	TH_LOG("%lu move_pages, %lu mbind: %ld pages (%ld THPs) moved; %lu forks, %lu dontneed, %lu remaps, %lu reads",
 	       s->migrations, s->mbinds, vmstat("pgmigrate_success") - moved_before,
 	       vmstat("thp_migration_success") - thp_before,
-	       s->forks, s->dontneeds, s->remaps);
+	       s->forks, s->dontneeds, s->remaps, s->reads);
+	EXPECT_LT(0, s->reads);
 	/* a piece may be missing: touching it would crash */
 	ASSERT_EQ(0, remap_failed) TH_LOG("munmap/mmap/mremap: errno %d", s->last_errno);
 	EXPECT_EQ(0, s->migrate_errors) TH_LOG("move_pages/mbind: errno %d", s->last_errno);
