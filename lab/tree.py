@@ -130,9 +130,24 @@ def _apply_series(src: Path) -> None:
     info(f"applied {len(pats)} patches on Linux {version}")
 
 
+# Debian's .gitignore ignores everything at the top level ("/*", then
+# "!/debian/"): in a git tree of the source package, every file the series
+# adds (mm/new.c) would be ignored, silently left out of commits and so of
+# patches/. The base commit drops those two lines; nothing else differs.
+DEBIAN_IGNORE = ("/*", "!/debian/")
+
+
+def drop_debian_ignore(gitignore: str) -> str:
+    return "".join(l for l in gitignore.splitlines(keepends=True)
+                   if l.strip() not in DEBIAN_IGNORE)
+
+
 def _create_worktree(src: Path) -> None:
     debver = _extract(src)
     step("git: commit the pristine source as the base")
+    gi = src / ".gitignore"
+    if gi.exists():
+        gi.write_text(drop_debian_ignore(gi.read_text()))
     _git(src, "init", "-q", "-b", "ptlab")
     _git(src, "config", "core.autocrlf", "false")
     _git(src, "add", "-A", "-f")
@@ -176,6 +191,10 @@ def status() -> Status:
     dirty = _git(src, "status", "--porcelain", "--untracked-files=normal")
     lines += [f"uncommitted: {l}" for l in dirty.splitlines()]
     behind = _hash_file(src).read_text().strip() != patches_hash()
+    gi = src / ".gitignore"
+    if gi.exists() and drop_debian_ignore(gi.read_text()) != gi.read_text():
+        warn(f"{src} predates the fix of Debian's .gitignore: git ignores new files "
+             "there, add them with `git add -f` (or delete the tree and run `ptlab tree`)")
     return Status(True, lines, behind)
 
 
