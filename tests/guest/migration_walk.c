@@ -31,11 +31,9 @@
 #include <unistd.h>
 
 #include "kselftest_harness.h"
+#include "guest_util.h"
 
-#define PAGE_SIZE	4096UL
 #define SZ_64K		(64UL << 10)
-#define SZ_1M		(1UL << 20)
-#define SZ_2M		(2UL << 20)
 
 #define NR_CHILDREN	16	/* forked by the fork tests, half of them COW */
 #define STRESS_SECONDS	5	/* per stress variant; two variants */
@@ -55,11 +53,6 @@
 
 /* --- knobs: saved before the first test, restored after each one ------- */
 
-struct knob {
-	const char *path;
-	char saved[32];		/* empty: absent */
-};
-
 static struct knob knobs[] = {
 	{ .path = WALK_SYSCTL },
 	{ .path = NUMA_BALANCING },
@@ -68,69 +61,15 @@ static struct knob knobs[] = {
 	{ .path = MTHP_2M },
 };
 
-/* The value of a sysctl, or the [selected] word of a THP sysfs file */
-static int read_knob(const char *path, char *buf, size_t size)
-{
-	char raw[128], *start, *end;
-	int fd = open(path, O_RDONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = read(fd, raw, sizeof(raw) - 1);
-	close(fd);
-	if (n < 0)
-		return -errno;
-	raw[n] = '\0';
-	start = strchr(raw, '[');
-	if (start) {
-		start++;
-		end = strchr(start, ']');
-	} else {
-		start = raw;
-		end = strchr(start, '\n');
-	}
-	if (end)
-		*end = '\0';
-	if (strlen(start) >= size)
-		return -ENAMETOOLONG;
-	strcpy(buf, start);
-	return 0;
-}
-
-static int write_knob(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY);
-	int ret = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (write(fd, val, strlen(val)) < 0)
-		ret = -errno;
-	close(fd);
-	return ret;
-}
-
 static void __attribute__((constructor)) save_knobs(void)
 {
-	for (size_t i = 0; i < ARRAY_SIZE(knobs); i++)
-		if (read_knob(knobs[i].path, knobs[i].saved, sizeof(knobs[i].saved)))
-			knobs[i].saved[0] = '\0';
+	save_knob_list(knobs, ARRAY_SIZE(knobs));
 }
 
 /* Also run by the harness's main process at exit, after a test timed out */
 static void __attribute__((destructor)) restore_knobs(void)
 {
-	char now[32];
-
-	for (size_t i = 0; i < ARRAY_SIZE(knobs); i++) {
-		if (!knobs[i].saved[0])
-			continue;
-		if (!read_knob(knobs[i].path, now, sizeof(now)) &&
-		    !strcmp(now, knobs[i].saved))
-			continue;
-		write_knob(knobs[i].path, knobs[i].saved);
-	}
+	restore_knob_list(knobs, ARRAY_SIZE(knobs));
 }
 
 static bool walk_switch_present(void)
@@ -186,33 +125,6 @@ static unsigned long tag(unsigned int seed, unsigned long idx)
 	if (seed & SAME_TAG)
 		idx = 0;
 	return (unsigned long)seed << 32 | (idx + 1);
-}
-
-static unsigned long *first_word(char *page)
-{
-	return (unsigned long *)page;
-}
-
-static unsigned long *last_word(char *page)
-{
-	return (unsigned long *)(page + PAGE_SIZE) - 1;
-}
-
-/* Each access to a checked word is one load or store the compiler keeps */
-static unsigned long load_word(unsigned long *w)
-{
-	return __atomic_load_n(w, __ATOMIC_RELAXED);
-}
-
-static void store_word(unsigned long *w, unsigned long val)
-{
-	__atomic_store_n(w, val, __ATOMIC_RELAXED);
-}
-
-static void write_tag(char *page, unsigned long val)
-{
-	store_word(first_word(page), val);
-	store_word(last_word(page), val);
 }
 
 static void fill(char *p, unsigned long npages, unsigned int seed)
@@ -314,30 +226,6 @@ static int bind_to_node(int node)
 	return set_mempolicy(MPOL_BIND, &mask, sizeof(mask) * 8);
 }
 
-static char *map_anon_aligned(unsigned long len, unsigned long align)
-{
-	char *raw = mmap(NULL, len + align, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	char *p;
-
-	if (raw == MAP_FAILED)
-		return NULL;
-	p = (char *)(((unsigned long)raw + align - 1) & ~(align - 1));
-	if (p > raw)
-		munmap(raw, p - raw);
-	munmap(p + len, raw + align - p);
-	return p;
-}
-
-static uint64_t pagemap_entry(int fd, char *addr)
-{
-	uint64_t ent = 0;
-
-	if (pread(fd, &ent, sizeof(ent), (unsigned long)addr / PAGE_SIZE * 8) != 8)
-		return 0;
-	return ent;
-}
-
 /* Does @p map the head of a folio of exactly @nr pages, all of it? */
 static bool is_folio_of(char *p, unsigned long nr)
 {
@@ -374,27 +262,6 @@ static bool is_folio_of(char *p, unsigned long nr)
 	if (kpf >= 0)
 		close(kpf);
 	return ok;
-}
-
-/* kB of a field ("AnonHugePages:") of the VMA that starts at @p */
-static long smaps_kb(char *p, const char *field)
-{
-	char line[256], want[32];
-	bool in_vma = false;
-	long val = -1;
-	FILE *f = fopen("/proc/self/smaps", "r");
-
-	if (!f)
-		return -1;
-	snprintf(want, sizeof(want), "%lx-", (unsigned long)p);
-	while (fgets(line, sizeof(line), f)) {
-		if (strchr(line, '-') && strchr(line, '-') < strchr(line, ' '))
-			in_vma = !strncmp(line, want, strlen(want));
-		else if (in_vma && !strncmp(line, field, strlen(field)))
-			val = strtol(line + strlen(field), NULL, 10);
-	}
-	fclose(f);
-	return val;
 }
 
 /* --- children forked before a migration, checking after it ------------ */
@@ -651,7 +518,7 @@ FIXTURE_SETUP(anon_fork)
 		ASSERT_EQ(0, write_knob(MTHP_2M, "madvise\n"));
 		self->len = 2 * SZ_2M;
 	}
-	self->p = map_anon_aligned(self->len, variant->folio);
+	self->p = map_aligned(self->len, variant->folio, PROT_READ | PROT_WRITE);
 	ASSERT_NE(NULL, self->p);
 	ASSERT_EQ(0, madvise(self->p, self->len, variant->folio == PAGE_SIZE ?
 			     MADV_NOHUGEPAGE : MADV_HUGEPAGE));
@@ -813,7 +680,7 @@ FIXTURE_SETUP(ksm)
 	if (access(KSM_RUN, F_OK))
 		SKIP(return, "no %s", KSM_RUN);
 	ASSERT_EQ(0, set_walk_switch(1));
-	self->p = map_anon_aligned(KSM_PAGES * PAGE_SIZE, PAGE_SIZE);
+	self->p = map_aligned(KSM_PAGES * PAGE_SIZE, PAGE_SIZE, PROT_READ | PROT_WRITE);
 	ASSERT_NE(NULL, self->p);
 	ASSERT_EQ(0, madvise(self->p, KSM_PAGES * PAGE_SIZE, MADV_NOHUGEPAGE));
 	ASSERT_EQ(0, bind_to_node(0));
@@ -875,7 +742,7 @@ FIXTURE_SETUP(undo)
 	if (!prepare_migration(_metadata))
 		return;
 	ASSERT_EQ(0, set_walk_switch(1));
-	self->p = map_anon_aligned(UNDO_PAGES * PAGE_SIZE, PAGE_SIZE);
+	self->p = map_aligned(UNDO_PAGES * PAGE_SIZE, PAGE_SIZE, PROT_READ | PROT_WRITE);
 	ASSERT_NE(NULL, self->p);
 	ASSERT_EQ(0, madvise(self->p, UNDO_PAGES * PAGE_SIZE, MADV_NOHUGEPAGE));
 }
@@ -1237,7 +1104,8 @@ FIXTURE_SETUP(stress)
 		ASSERT_EQ(0, ftruncate(s->fd, STRESS_LEN));
 		s->p = mmap(NULL, STRESS_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
 	} else {
-		s->p = map_anon_aligned(STRESS_LEN, variant->thp ? SZ_2M : PAGE_SIZE);
+		s->p = map_aligned(STRESS_LEN, variant->thp ? SZ_2M : PAGE_SIZE,
+				   PROT_READ | PROT_WRITE);
 		if (!s->p)
 			s->p = MAP_FAILED;
 	}

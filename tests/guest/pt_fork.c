@@ -15,25 +15,10 @@
 #include <unistd.h>
 
 #include "kselftest_harness.h"
+#include "guest_util.h"
 
-#define SZ_1M		(1UL << 20)
 #define AREA		(64 * SZ_1M)	/* 32 PTE tables */
 #define PTE_TABLE_KB	4
-
-static long status_kb(const char *field)
-{
-	char line[256];
-	long val = -1;
-	FILE *f = fopen("/proc/self/status", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, field, strlen(field)))
-			val = strtol(line + strlen(field) + 1, NULL, 10);
-	fclose(f);
-	return val;
-}
 
 static char *map_area(void)
 {
@@ -115,16 +100,16 @@ TEST(vmpte_accounted_and_freed)
 	long before, touched, after;
 	char *p;
 
-	before = status_kb("VmPTE:");
+	before = vmpte_kb();
 	ASSERT_GE(before, 0) TH_LOG("no VmPTE in /proc/self/status");
 	p = map_area();
 	ASSERT_NE(NULL, p);
 	fill(p, 1);
-	touched = status_kb("VmPTE:");
+	touched = vmpte_kb();
 	/* 64 MiB of 4 KiB pages needs 32 PTE tables of 4 KiB */
 	EXPECT_GE(touched - before, (long)(AREA / (512 * 4096)) * PTE_TABLE_KB);
 	ASSERT_EQ(0, munmap(p, AREA));
-	after = status_kb("VmPTE:");
+	after = vmpte_kb();
 	EXPECT_LE(after, before + PTE_TABLE_KB) TH_LOG("VmPTE %ld kB before, %ld after munmap",
 						    before, after);
 }
@@ -139,14 +124,14 @@ TEST(child_vmpte_matches_parent)
 	ASSERT_NE(NULL, p);
 	ASSERT_EQ(0, pipe(fds));
 	fill(p, 1);
-	parent = status_kb("VmPTE:");
+	parent = vmpte_kb();
 	pid = fork();
 	ASSERT_GE(pid, 0);
 	if (!pid) {
 		long v;
 
 		fill(p, 2);	/* the child's tables are its own once it writes */
-		v = status_kb("VmPTE:");
+		v = vmpte_kb();
 		write(fds[1], &v, sizeof(v));
 		_exit(0);
 	}

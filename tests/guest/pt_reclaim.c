@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "kselftest_harness.h"
+#include "guest_util.h"
 
 #ifndef MADV_PAGEOUT
 #define MADV_PAGEOUT	21
@@ -45,9 +46,6 @@
 #define MADV_COLLAPSE	25
 #endif
 
-#define PAGE_SIZE	4096UL
-#define SZ_1M		(1UL << 20)
-#define SZ_2M		(2UL << 20)
 #define TABLE_PAGES	512UL		/* entries of a PTE table */
 #define TABLE_SPAN	SZ_2M		/* what one PTE table maps */
 #define TABLE_KB	4L		/* what one PTE table costs */
@@ -62,79 +60,20 @@
 
 /* --- knobs: saved before the first test, restored after each one ------- */
 
-struct knob {
-	const char *path;
-	char saved[32];		/* empty: absent */
-};
-
 static struct knob knobs[] = {
 	{ .path = RECLAIM_SYSCTL },
 	{ .path = MTHP_2M },
 };
 
-/* The value of a sysctl, or the [selected] word of a THP sysfs file */
-static int read_knob(const char *path, char *buf, size_t size)
-{
-	char raw[128], *start, *end;
-	int fd = open(path, O_RDONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = read(fd, raw, sizeof(raw) - 1);
-	close(fd);
-	if (n < 0)
-		return -errno;
-	raw[n] = '\0';
-	start = strchr(raw, '[');
-	if (start) {
-		start++;
-		end = strchr(start, ']');
-	} else {
-		start = raw;
-		end = strchr(start, '\n');
-	}
-	if (end)
-		*end = '\0';
-	if (strlen(start) >= size)
-		return -ENAMETOOLONG;
-	strcpy(buf, start);
-	return 0;
-}
-
-static int write_knob(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY);
-	int ret = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (write(fd, val, strlen(val)) < 0)
-		ret = -errno;
-	close(fd);
-	return ret;
-}
-
 static void __attribute__((constructor)) save_knobs(void)
 {
-	for (size_t i = 0; i < ARRAY_SIZE(knobs); i++)
-		if (read_knob(knobs[i].path, knobs[i].saved, sizeof(knobs[i].saved)))
-			knobs[i].saved[0] = '\0';
+	save_knob_list(knobs, ARRAY_SIZE(knobs));
 }
 
 /* Also run by the harness's main process at exit, after a test timed out */
 static void __attribute__((destructor)) restore_knobs(void)
 {
-	char now[32];
-
-	for (size_t i = 0; i < ARRAY_SIZE(knobs); i++) {
-		if (!knobs[i].saved[0])
-			continue;
-		if (!read_knob(knobs[i].path, now, sizeof(now)) &&
-		    !strcmp(now, knobs[i].saved))
-			continue;
-		write_knob(knobs[i].path, knobs[i].saved);
-	}
+	restore_knob_list(knobs, ARRAY_SIZE(knobs));
 }
 
 static bool reclaim_switch_present(void)
@@ -150,27 +89,7 @@ static int set_reclaim_switch(int on)
 	return write_knob(RECLAIM_SYSCTL, on ? "1\n" : "0\n");
 }
 
-/* --- what the kernel tells: VmPTE, pagemap, smaps, swap --------------- */
-
-static long status_kb(const char *field)
-{
-	char line[256];
-	long val = -1;
-	FILE *f = fopen("/proc/self/status", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, field, strlen(field)))
-			val = strtol(line + strlen(field), NULL, 10);
-	fclose(f);
-	return val;
-}
-
-static long vmpte_kb(void)
-{
-	return status_kb("VmPTE:");
-}
+/* --- what the kernel tells: emptied tables, pagemap bits, swap -------- */
 
 /*
  * VmPTE went from @before to @after kB around an operation that left
@@ -202,15 +121,6 @@ static void expect_tables_freed(struct __test_metadata *_metadata, int on,
 static int open_pagemap(void)
 {
 	return open("/proc/self/pagemap", O_RDONLY);
-}
-
-static uint64_t pagemap_entry(int fd, char *addr)
-{
-	uint64_t ent = 0;
-
-	if (pread(fd, &ent, sizeof(ent), (unsigned long)addr / PAGE_SIZE * 8) != 8)
-		return 0;
-	return ent;
 }
 
 static bool pagemap_bit(char *addr, int bit)
@@ -248,27 +158,6 @@ static long count_empty_tables(char *p, unsigned long nr)
 	return empty;
 }
 
-/* kB of a field ("AnonHugePages:") of the VMA that starts at @p */
-static long smaps_kb(char *p, const char *field)
-{
-	char line[256], want[32];
-	bool in_vma = false;
-	long val = -1;
-	FILE *f = fopen("/proc/self/smaps", "r");
-
-	if (!f)
-		return -1;
-	snprintf(want, sizeof(want), "%lx-", (unsigned long)p);
-	while (fgets(line, sizeof(line), f)) {
-		if (strchr(line, '-') && strchr(line, '-') < strchr(line, ' '))
-			in_vma = !strncmp(line, want, strlen(want));
-		else if (in_vma && !strncmp(line, field, strlen(field)))
-			val = strtol(line + strlen(field), NULL, 10);
-	}
-	fclose(f);
-	return val;
-}
-
 static bool swap_enabled(void)
 {
 	char line[256];
@@ -298,20 +187,6 @@ static int pin_to_this_cpu(void)
 
 /* --- memory: mappings and page tags ----------------------------------- */
 
-static char *map_aligned(unsigned long len, unsigned long align, int prot)
-{
-	char *raw = mmap(NULL, len + align, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	char *p;
-
-	if (raw == MAP_FAILED)
-		return NULL;
-	p = (char *)(((unsigned long)raw + align - 1) & ~(align - 1));
-	if (p > raw)
-		munmap(raw, p - raw);
-	munmap(p + len, raw + align - p);
-	return p;
-}
-
 /* Anonymous private memory, table-aligned, of base pages only */
 static char *map_small_pages(unsigned long len)
 {
@@ -328,33 +203,6 @@ static char *map_small_pages(unsigned long len)
 static unsigned long tag(unsigned int seed, unsigned long idx)
 {
 	return (unsigned long)seed << 32 | (idx + 1);
-}
-
-static unsigned long *first_word(char *page)
-{
-	return (unsigned long *)page;
-}
-
-static unsigned long *last_word(char *page)
-{
-	return (unsigned long *)(page + PAGE_SIZE) - 1;
-}
-
-/* Each access to a checked word is one load or store the compiler keeps */
-static unsigned long load_word(unsigned long *w)
-{
-	return __atomic_load_n(w, __ATOMIC_RELAXED);
-}
-
-static void store_word(unsigned long *w, unsigned long val)
-{
-	__atomic_store_n(w, val, __ATOMIC_RELAXED);
-}
-
-static void write_tag(char *page, unsigned long val)
-{
-	store_word(first_word(page), val);
-	store_word(last_word(page), val);
 }
 
 /* Tag pages [first, first + n) of @p (page idx of @p holds tag(seed, idx)) */

@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * guest_util.h: helpers shared by the guest test programs in tests/guest/
+ * (bench/bench.h keeps its own copies: the benchmarks stand alone).
+ *
+ * Knobs: each program keeps its own list, an array of struct knob with
+ * .path set, saves it before the first test and restores it after each
+ * test and at exit, through its own constructor and destructor:
+ *
+ *	static struct knob knobs[] = { { .path = "/proc/sys/..." }, };
+ *
+ *	static void __attribute__((constructor)) save_knobs(void)
+ *	{
+ *		save_knob_list(knobs, ARRAY_SIZE(knobs));
+ *	}
+ *
+ *	static void __attribute__((destructor)) restore_knobs(void)
+ *	{
+ *		restore_knob_list(knobs, ARRAY_SIZE(knobs));
+ *	}
+ *
+ * The helpers are static inline so that a program that uses only some of
+ * them still builds with -Wall -Werror.
+ */
+#ifndef GUEST_UTIL_H
+#define GUEST_UTIL_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define PAGE_SIZE	4096UL
+#define SZ_1M		(1UL << 20)
+#define SZ_2M		(2UL << 20)
+
+/* --- knobs: sysctls and sysfs files a program changes and puts back ---- */
+
+struct knob {
+	const char *path;
+	char saved[32];		/* empty: absent */
+};
+
+/* The value of a sysctl, or the [selected] word of a THP sysfs file */
+static inline int read_knob(const char *path, char *buf, size_t size)
+{
+	char raw[128], *start, *end;
+	int fd = open(path, O_RDONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, raw, sizeof(raw) - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	raw[n] = '\0';
+	start = strchr(raw, '[');
+	if (start) {
+		start++;
+		end = strchr(start, ']');
+	} else {
+		start = raw;
+		end = strchr(start, '\n');
+	}
+	if (end)
+		*end = '\0';
+	if (strlen(start) >= size)
+		return -ENAMETOOLONG;
+	strcpy(buf, start);
+	return 0;
+}
+
+/* Write @val to the knob at @path: 0 or -errno */
+static inline int write_knob(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY);
+	int ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, val, strlen(val)) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+/* Remember the value of each of the @nr knobs; an absent one saves "" */
+static inline void save_knob_list(struct knob *knobs, size_t nr)
+{
+	for (size_t i = 0; i < nr; i++)
+		if (read_knob(knobs[i].path, knobs[i].saved, sizeof(knobs[i].saved)))
+			knobs[i].saved[0] = '\0';
+}
+
+/* Put back each saved knob that no longer holds its saved value */
+static inline void restore_knob_list(struct knob *knobs, size_t nr)
+{
+	char now[32];
+
+	for (size_t i = 0; i < nr; i++) {
+		if (!knobs[i].saved[0])
+			continue;
+		if (!read_knob(knobs[i].path, now, sizeof(now)) &&
+		    !strcmp(now, knobs[i].saved))
+			continue;
+		write_knob(knobs[i].path, knobs[i].saved);
+	}
+}
+
+/* --- what the kernel tells: /proc/self/status, pagemap, smaps ---------- */
+
+/* The number after @field ("VmPTE:") in /proc/self/status; -1: none */
+static inline long status_kb(const char *field)
+{
+	char line[256];
+	long val = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, strlen(field)))
+			val = strtol(line + strlen(field), NULL, 10);
+	fclose(f);
+	return val;
+}
+
+/* kB of page tables of this process */
+static inline long vmpte_kb(void)
+{
+	return status_kb("VmPTE:");
+}
+
+/* The pagemap entry of @addr read from the open pagemap @fd; 0: failed */
+static inline uint64_t pagemap_entry(int fd, char *addr)
+{
+	uint64_t ent = 0;
+
+	if (pread(fd, &ent, sizeof(ent), (unsigned long)addr / PAGE_SIZE * 8) != 8)
+		return 0;
+	return ent;
+}
+
+/* kB of a field ("AnonHugePages:") of the VMA that starts at @p */
+static inline long smaps_kb(char *p, const char *field)
+{
+	char line[256], want[32];
+	bool in_vma = false;
+	long val = -1;
+	FILE *f = fopen("/proc/self/smaps", "r");
+
+	if (!f)
+		return -1;
+	snprintf(want, sizeof(want), "%lx-", (unsigned long)p);
+	while (fgets(line, sizeof(line), f)) {
+		if (strchr(line, '-') && strchr(line, '-') < strchr(line, ' '))
+			in_vma = !strncmp(line, want, strlen(want));
+		else if (in_vma && !strncmp(line, field, strlen(field)))
+			val = strtol(line + strlen(field), NULL, 10);
+	}
+	fclose(f);
+	return val;
+}
+
+/* --- memory: aligned mappings, page tags ------------------------------- */
+
+/* @len bytes of anonymous private memory with @prot at an @align boundary */
+static inline char *map_aligned(unsigned long len, unsigned long align, int prot)
+{
+	char *raw = mmap(NULL, len + align, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *p;
+
+	if (raw == MAP_FAILED)
+		return NULL;
+	p = (char *)(((unsigned long)raw + align - 1) & ~(align - 1));
+	if (p > raw)
+		munmap(raw, p - raw);
+	munmap(p + len, raw + align - p);
+	return p;
+}
+
+/* A page holds its tag in its first and last word */
+static inline unsigned long *first_word(char *page)
+{
+	return (unsigned long *)page;
+}
+
+static inline unsigned long *last_word(char *page)
+{
+	return (unsigned long *)(page + PAGE_SIZE) - 1;
+}
+
+/* Each access to a checked word is one load or store the compiler keeps */
+static inline unsigned long load_word(unsigned long *w)
+{
+	return __atomic_load_n(w, __ATOMIC_RELAXED);
+}
+
+static inline void store_word(unsigned long *w, unsigned long val)
+{
+	__atomic_store_n(w, val, __ATOMIC_RELAXED);
+}
+
+/* Store @val in the first and the last word of @page */
+static inline void write_tag(char *page, unsigned long val)
+{
+	store_word(first_word(page), val);
+	store_word(last_word(page), val);
+}
+
+#endif /* GUEST_UTIL_H */
