@@ -215,4 +215,18 @@ static inline void write_tag(char *page, unsigned long val)
 	store_word(last_word(page), val);
 }
 
+/* Does the kernel have this 0/1 switch (a sysctl of our series)? */
+static inline bool switch_present(const char *path)
+{
+	return !access(path, F_OK);
+}
+
+/* Turn a 0/1 switch on or off where the kernel has it (vanilla: no-op) */
+static inline int set_switch(const char *path, int on)
+{
+	if (!switch_present(path))
+		return 0;
+	return write_knob(path, on ? "1\n" : "0\n");
+}
+
 #endif /* GUEST_UTIL_H */

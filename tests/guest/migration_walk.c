@@ -72,19 +72,6 @@ static void __attribute__((destructor)) restore_knobs(void)
 	restore_knob_list(knobs, ARRAY_SIZE(knobs));
 }
 
-static bool walk_switch_present(void)
-{
-	return !access(WALK_SYSCTL, F_OK);
-}
-
-/* Set the early exit on (1) or off (0) where the kernel has the switch */
-static int set_walk_switch(int on)
-{
-	if (!walk_switch_present())
-		return 0;
-	return write_knob(WALK_SYSCTL, on ? "1\n" : "0\n");
-}
-
 static long vmstat(const char *name)
 {
 	char line[128];
@@ -424,7 +411,7 @@ static void check_walk_counter(struct __test_metadata *_metadata, long before,
 {
 	long delta = vmstat(WALK_VMSTAT) - before;
 
-	if (before < 0 || !walk_switch_present()) {
+	if (before < 0 || !switch_present(WALK_SYSCTL)) {
 		TH_LOG("no %s or %s (vanilla?): counter not checked", WALK_SYSCTL,
 		       WALK_VMSTAT);
 		return;
@@ -455,7 +442,7 @@ TEST(walk_sysctl_rejects_bad_values)
 	static const char * const good[] = { "0", "1" };
 	char val[32], before[32];
 
-	if (!walk_switch_present())
+	if (!switch_present(WALK_SYSCTL))
 		SKIP(return, "no %s (vanilla kernel?)", WALK_SYSCTL);
 	ASSERT_EQ(0, read_knob(WALK_SYSCTL, before, sizeof(before)));
 
@@ -505,7 +492,7 @@ FIXTURE_SETUP(anon_fork)
 	self->p = NULL;
 	if (!prepare_migration(_metadata))
 		return;
-	ASSERT_EQ(0, set_walk_switch(variant->walk));
+	ASSERT_EQ(0, set_switch(WALK_SYSCTL, variant->walk));
 
 	self->len = SZ_1M;
 	if (variant->folio == SZ_64K) {
@@ -594,7 +581,7 @@ FIXTURE_SETUP(file_fork)
 	self->fd = -1;
 	if (!prepare_migration(_metadata))
 		return;
-	ASSERT_EQ(0, set_walk_switch(1));
+	ASSERT_EQ(0, set_switch(WALK_SYSCTL, 1));
 	self->len = SZ_1M;
 	npages = self->len / PAGE_SIZE;
 
@@ -679,7 +666,7 @@ FIXTURE_SETUP(ksm)
 		return;
 	if (access(KSM_RUN, F_OK))
 		SKIP(return, "no %s", KSM_RUN);
-	ASSERT_EQ(0, set_walk_switch(1));
+	ASSERT_EQ(0, set_switch(WALK_SYSCTL, 1));
 	self->p = map_aligned(KSM_PAGES * PAGE_SIZE, PAGE_SIZE, PROT_READ | PROT_WRITE);
 	ASSERT_NE(NULL, self->p);
 	ASSERT_EQ(0, madvise(self->p, KSM_PAGES * PAGE_SIZE, MADV_NOHUGEPAGE));
@@ -741,7 +728,7 @@ FIXTURE_SETUP(undo)
 	self->pipe[1] = -1;
 	if (!prepare_migration(_metadata))
 		return;
-	ASSERT_EQ(0, set_walk_switch(1));
+	ASSERT_EQ(0, set_switch(WALK_SYSCTL, 1));
 	self->p = map_aligned(UNDO_PAGES * PAGE_SIZE, PAGE_SIZE, PROT_READ | PROT_WRITE);
 	ASSERT_NE(NULL, self->p);
 	ASSERT_EQ(0, madvise(self->p, UNDO_PAGES * PAGE_SIZE, MADV_NOHUGEPAGE));
@@ -1088,7 +1075,7 @@ FIXTURE_SETUP(stress)
 	s->fd = -1;
 	if (!prepare_migration(_metadata))
 		return;
-	ASSERT_EQ(0, set_walk_switch(1));
+	ASSERT_EQ(0, set_switch(WALK_SYSCTL, 1));
 	ASSERT_EQ(0, pthread_rwlock_init(&s->layout, NULL));
 	if (variant->thp) {
 		if (access(MTHP_2M, F_OK))
@@ -1174,7 +1161,7 @@ TEST_F_TIMEOUT(stress, fork_exit_unmap_dontneed_mremap, 240)
 	EXPECT_EQ(0, unplaced) TH_LOG("pages without a node after touching them all");
 	free(nodes);
 
-	if (walk_before < 0 || !walk_switch_present()) {
+	if (walk_before < 0 || !switch_present(WALK_SYSCTL)) {
 		TH_LOG("no %s (vanilla?): counter not checked", WALK_SYSCTL);
 	} else {
 		EXPECT_LT(walk_before, vmstat(WALK_VMSTAT));

@@ -76,19 +76,6 @@ static void __attribute__((destructor)) restore_knobs(void)
 	restore_knob_list(knobs, ARRAY_SIZE(knobs));
 }
 
-static bool reclaim_switch_present(void)
-{
-	return !access(RECLAIM_SYSCTL, F_OK);
-}
-
-/* Turn table reclaim on (1) or off (0) where the kernel has the switch */
-static int set_reclaim_switch(int on)
-{
-	if (!reclaim_switch_present())
-		return 0;
-	return write_knob(RECLAIM_SYSCTL, on ? "1\n" : "0\n");
-}
-
 /* --- what the kernel tells: emptied tables, pagemap bits, swap -------- */
 
 /*
@@ -108,7 +95,7 @@ static void expect_tables_freed(struct __test_metadata *_metadata, int on,
 			       before, after);
 		return;
 	}
-	if (!reclaim_switch_present()) {
+	if (!switch_present(RECLAIM_SYSCTL)) {
 		TH_LOG("no %s (vanilla?): VmPTE %ld -> %ld kB, %ld tables freed, %ld would be",
 		       RECLAIM_SYSCTL, before, after, fell, nr_empty);
 		return;
@@ -321,7 +308,7 @@ TEST(sysctl_rejects_bad_values)
 	static const char * const good[] = { "0", "1" };
 	char val[32], before[32];
 
-	if (!reclaim_switch_present())
+	if (!switch_present(RECLAIM_SYSCTL))
 		SKIP(return, "no %s (vanilla kernel?)", RECLAIM_SYSCTL);
 	ASSERT_EQ(0, read_knob(RECLAIM_SYSCTL, before, sizeof(before)));
 	EXPECT_STREQ("1", before) TH_LOG("on by default");
@@ -362,7 +349,7 @@ FIXTURE_SETUP(reclaim)
 {
 	self->p = NULL;
 	self->dst = NULL;
-	ASSERT_EQ(0, set_reclaim_switch(variant->on));
+	ASSERT_EQ(0, set_switch(RECLAIM_SYSCTL, variant->on));
 }
 
 FIXTURE_TEARDOWN(reclaim)
@@ -672,7 +659,7 @@ FIXTURE(kept) {
 FIXTURE_SETUP(kept)
 {
 	self->uffd = -1;
-	ASSERT_EQ(0, set_reclaim_switch(1));
+	ASSERT_EQ(0, set_switch(RECLAIM_SYSCTL, 1));
 	ASSERT_EQ(0, pin_to_this_cpu());
 	self->p = map_small_pages(KEEP_LEN);
 	ASSERT_NE(NULL, self->p);
@@ -831,7 +818,7 @@ FIXTURE(thp) {
 FIXTURE_SETUP(thp)
 {
 	self->p = NULL;
-	ASSERT_EQ(0, set_reclaim_switch(1));
+	ASSERT_EQ(0, set_switch(RECLAIM_SYSCTL, 1));
 	if (access(MTHP_2M, F_OK))
 		SKIP(return, "no %s", MTHP_2M);
 	ASSERT_EQ(0, write_knob(MTHP_2M, "madvise\n"));
@@ -1342,7 +1329,7 @@ FIXTURE_SETUP(stress)
 	s->uffd = -1;
 	s->dio_fd = -1;
 	self->child = -1;
-	ASSERT_EQ(0, set_reclaim_switch(1));
+	ASSERT_EQ(0, set_switch(RECLAIM_SYSCTL, 1));
 	if (!access(MTHP_2M, F_OK))
 		ASSERT_EQ(0, write_knob(MTHP_2M, "madvise\n"));
 
@@ -1469,7 +1456,7 @@ TEST_F_TIMEOUT(stress, dontneed_races, 120)
 	TH_LOG("VmPTE %ld kB populated, %ld after DONTNEED, %ld after munmap",
 	       full, zapped, unmapped);
 	EXPECT_GE(full - unmapped, (long)STRESS_CHUNKS * TABLE_KB);
-	if (!reclaim_switch_present()) {
+	if (!switch_present(RECLAIM_SYSCTL)) {
 		TH_LOG("no %s (vanilla?): tables left after DONTNEED not checked",
 		       RECLAIM_SYSCTL);
 	} else {
