@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from . import bench, build, deps, guest, results, splat, suites, tree
+from . import bench, build, deps, guest, kconfig, results, splat, suites, tree
 from .common import REPO, LabError, cache_dir, info, step, warn
 
 
@@ -124,6 +124,10 @@ def cmd_test(args) -> int:
     if args.record_baseline and kernel != "vanilla":
         raise LabError("--record-baseline records the vanilla kernel's results",
                        hint="ptlab test --vanilla --record-baseline")
+    base = kconfig.baseline_profile(args.profile)
+    if args.record_baseline and base != args.profile:
+        raise LabError(f"the {args.profile} profile is judged by the {base} baseline",
+                       hint=f"ptlab test --vanilla --record-baseline --profile {base}")
     deps.ensure_apt()
     run_dir = _run_dir(f"test-{kernel}")
     extra = Counter()
@@ -224,7 +228,7 @@ def main(argv: list[str]) -> int:
     s = sub.add_parser("status", help="fail if the work tree holds work not in patches/")
     s.set_defaults(fn=cmd_status)
     s = sub.add_parser("build", help="configure and build kernels")
-    s.add_argument("--profile", default="debug", choices=("debug", "perf"))
+    s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES))
     s.add_argument("kernel", nargs="*", default=["patched"], choices=tree.KERNELS)
     s.set_defaults(fn=cmd_build)
 
@@ -233,7 +237,7 @@ def main(argv: list[str]) -> int:
                    help="run only these suites or tests (default: all); "
                         "suites: " + ", ".join(suites.suites()))
     s.add_argument("--vanilla", action="store_true", help="test the vanilla kernel")
-    s.add_argument("--profile", default="debug", choices=("debug", "perf"))
+    s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES))
     s.add_argument("--record-baseline", action="store_true",
                    help="with --vanilla: write the results to baseline/")
     s.add_argument("--no-unit", action="store_true", help="skip the lab's pytest unit tests")
@@ -246,7 +250,7 @@ def main(argv: list[str]) -> int:
     s.set_defaults(fn=cmd_parse)
     s = sub.add_parser("shell", help="boot the test kernel with a shell on this terminal")
     s.add_argument("--vanilla", action="store_true")
-    s.add_argument("--profile", default="debug", choices=("debug", "perf"))
+    s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES))
     s.set_defaults(fn=cmd_shell)
     s = sub.add_parser("bench", help="benchmarks, vanilla vs patched (the README's command)")
     s.add_argument("only", nargs="*", metavar="BENCH",

@@ -1,5 +1,6 @@
 """Kernel configuration from the repo's fragments, the way kunit_config does
 it: defconfig + kvm_guest.config + config/base.config + config/<profile>.config
+(a profile may build on another: kasan = debug + kasan.config)
 (+ config/features.config: options of our series, ignored on a tree whose
 Kconfig does not know them), merged with scripts/kconfig/merge_config.sh,
 then olddefconfig, then a check that every requested option survived."""
@@ -10,14 +11,16 @@ from pathlib import Path
 
 from .common import CONFIG_DIR, ConfigError, info, run, sha256_files, step
 
-PROFILES = ("debug", "perf")
+# profile -> the profiles its fragments build on: kasan is debug + KASAN
+PROFILES = {"debug": (), "perf": (), "kasan": ("debug",)}
 _LINE = re.compile(r"^(CONFIG_\w+)=(.*)$|^# (CONFIG_\w+) is not set$")
 
 
 def fragments(profile: str) -> list[Path]:
     if profile not in PROFILES:
         raise ConfigError(f"unknown profile {profile!r}", hint=f"one of {', '.join(PROFILES)}")
-    out = [CONFIG_DIR / "base.config", CONFIG_DIR / f"{profile}.config"]
+    out = [CONFIG_DIR / "base.config"]
+    out += [CONFIG_DIR / f"{p}.config" for p in (*PROFILES[profile], profile)]
     feat = CONFIG_DIR / "features.config"
     return out + ([feat] if feat.exists() else [])
 
@@ -92,3 +95,9 @@ def configure(src: Path, build: Path, profile: str) -> Path:
     stamp_file.write_text(stamp)
     info(f"{dotconfig}: every requested option is set")
     return dotconfig
+
+
+def baseline_profile(profile: str) -> str:
+    """The profile whose vanilla results judge this one: a profile that
+    only adds checks to another (kasan) has that one's results."""
+    return (*PROFILES[profile], profile)[0]

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import ktap
+from . import kconfig, ktap
 from .common import BASELINE_DIR
 from .guest import TestRun
 from .suites import Test
@@ -96,7 +96,7 @@ def judge(cases: list[Case], baseline: dict[str, dict[str, str]] | None,
 # --- the baseline -------------------------------------------------------
 
 def baseline_path(profile: str) -> Path:
-    return BASELINE_DIR / f"vanilla-{profile}.json"
+    return BASELINE_DIR / f"vanilla-{kconfig.baseline_profile(profile)}.json"
 
 
 def load_baseline(profile: str) -> dict | None:

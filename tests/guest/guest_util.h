@@ -39,6 +39,7 @@
 #define PAGE_SIZE	4096UL
 #define SZ_1M		(1UL << 20)
 #define SZ_2M		(2UL << 20)
+#define SZ_1G		(1UL << 30)
 
 /* --- knobs: sysctls and sysfs files a program changes and puts back ---- */
 

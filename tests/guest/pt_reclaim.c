@@ -1,17 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * pt_reclaim: PTE tables that map nothing any more are freed
+ * pt_reclaim: page tables that map nothing any more are freed
  * (CONFIG_PTE_TABLE_RECLAIM), and nothing else changes: after MADV_DONTNEED,
  * after MADV_FREE once reclaim dropped the pages, and after a partial munmap
- * or mremap, a table whose 512 entries are none no longer counts in VmPTE;
- * a table holding a swap entry, a uffd-wp marker or a present page is kept,
- * with what it maps; PMD-mapped THPs are not affected; and faults, GUP,
- * migration, mprotect, mremap, MADV_COLLAPSE and userfaultfd racing with
- * MADV_DONTNEED see their data or zeroes, never anything else.
+ * or mremap, a PTE table whose 512 entries are none no longer counts in
+ * VmPTE; a table holding a swap entry, a uffd-wp marker or a present page is
+ * kept, with what it maps; PMD-mapped THPs are not affected.
  *
- * The switch (/proc/sys/vm/pte_table_reclaim) does not exist on vanilla:
- * there the checks that VmPTE falls only log, every data check still runs.
- * With the switch off VmPTE must not fall, which shows the checks can fail.
+ * A PMD table (one GiB) left with 512 none entries once its PTE tables went
+ * is freed too: before MADV_DONTNEED returns, or by a workqueue shortly after
+ * reclaim dropped MADV_FREE pages, when every VMA of its GiB is private
+ * anonymous memory without userfaultfd, of one anon_vma root.  A PMD table
+ * still holding a PTE table or a PMD-mapped THP stays.
+ *
+ * Faults, GUP, migration, mprotect, mremap, MADV_COLLAPSE and userfaultfd
+ * racing with MADV_DONTNEED see their data or zeroes, never anything else,
+ * also when the PMD table goes under them.
+ *
+ * The switch (/proc/sys/vm/pte_table_reclaim, for PTE and PMD tables alike)
+ * does not exist on vanilla: there the checks that VmPTE falls only log,
+ * every data check still runs.  With the switch off VmPTE must not fall,
+ * which shows the checks can fail.
  *
  * VmPTE is read before anything reads the emptied memory: a read fault maps
  * the zero page, which needs the table again.
@@ -48,7 +57,9 @@
 
 #define TABLE_PAGES	512UL		/* entries of a PTE table */
 #define TABLE_SPAN	SZ_2M		/* what one PTE table maps */
-#define TABLE_KB	4L		/* what one PTE table costs */
+#define TABLE_KB	4L		/* what one PTE or PMD table costs */
+#define PMD_SPAN	SZ_1G		/* what one PMD table maps */
+#define PMD_PAGES	(PMD_SPAN / PAGE_SIZE)
 #define NOISE_TABLES	1L		/* tables libc or the stack may add */
 
 #define RECLAIM_SYSCTL	"/proc/sys/vm/pte_table_reclaim"
@@ -74,6 +85,14 @@ static void __attribute__((constructor)) save_knobs(void)
 static void __attribute__((destructor)) restore_knobs(void)
 {
 	restore_knob_list(knobs, ARRAY_SIZE(knobs));
+}
+
+/* PMD THPs at fault where MADV_HUGEPAGE asks: 0, -ENOENT (no such knob), -errno */
+static int thp_madvise(void)
+{
+	if (access(MTHP_2M, F_OK))
+		return -ENOENT;
+	return write_knob(MTHP_2M, "madvise\n");
 }
 
 /* --- what the kernel tells: emptied tables, pagemap bits, swap -------- */
@@ -174,10 +193,10 @@ static int pin_to_this_cpu(void)
 
 /* --- memory: mappings and page tags ----------------------------------- */
 
-/* Anonymous private memory, table-aligned, of base pages only */
-static char *map_small_pages(unsigned long len)
+/* Anonymous private memory, @align-aligned, of base pages only */
+static char *map_small_pages(unsigned long len, unsigned long align)
 {
-	char *p = map_aligned(len, TABLE_SPAN, PROT_READ | PROT_WRITE);
+	char *p = map_aligned(len, align, PROT_READ | PROT_WRITE);
 
 	if (p && madvise(p, len, MADV_NOHUGEPAGE)) {
 		munmap(p, len);
@@ -370,7 +389,7 @@ static char *map_touched(struct __test_metadata *_metadata, unsigned long len,
 			 unsigned int seed)
 {
 	long before = vmpte_kb();
-	char *p = map_small_pages(len);
+	char *p = map_small_pages(len, TABLE_SPAN);
 
 	if (!p)
 		return NULL;
@@ -531,7 +550,7 @@ static char *moved_part(char *p, unsigned long k)
 
 static char *map_pieces(unsigned int seed)
 {
-	char *p = map_small_pages(PIECES_LEN);
+	char *p = map_small_pages(PIECES_LEN, TABLE_SPAN);
 
 	for (unsigned long k = 0; p && k < NR_PIECES; k++) {
 		fill(p, k * PIECE_PAGES + MOVED_PAGES, MOVED_PAGES, seed);
@@ -597,7 +616,7 @@ static void mremap_pieces(struct __test_metadata *_metadata, FIXTURE_DATA(reclai
 	self->len = PIECES_LEN;
 	self->p = map_pieces(seed);
 	ASSERT_NE(NULL, self->p);
-	self->dst = map_small_pages(PIECES_LEN);
+	self->dst = map_small_pages(PIECES_LEN, TABLE_SPAN);
 	ASSERT_NE(NULL, self->dst);
 	for (unsigned long k = 0; k < NR_PIECES; k++)
 		fill(self->dst, k * PIECE_PAGES, 1, dst_seed);
@@ -661,7 +680,7 @@ FIXTURE_SETUP(kept)
 	self->uffd = -1;
 	ASSERT_EQ(0, set_switch(RECLAIM_SYSCTL, 1));
 	ASSERT_EQ(0, pin_to_this_cpu());
-	self->p = map_small_pages(KEEP_LEN);
+	self->p = map_small_pages(KEEP_LEN, TABLE_SPAN);
 	ASSERT_NE(NULL, self->p);
 }
 
@@ -817,11 +836,14 @@ FIXTURE(thp) {
 
 FIXTURE_SETUP(thp)
 {
+	int ret;
+
 	self->p = NULL;
 	ASSERT_EQ(0, set_switch(RECLAIM_SYSCTL, 1));
-	if (access(MTHP_2M, F_OK))
+	ret = thp_madvise();
+	if (ret == -ENOENT)
 		SKIP(return, "no %s", MTHP_2M);
-	ASSERT_EQ(0, write_knob(MTHP_2M, "madvise\n"));
+	ASSERT_EQ(0, ret);
 	self->start = vmpte_kb();
 	self->p = map_aligned(THP_LEN, SZ_2M, PROT_READ | PROT_WRITE);
 	ASSERT_NE(NULL, self->p);
@@ -865,6 +887,251 @@ TEST_F(thp, split_and_zap)
 	EXPECT_EQ(0, rewrite(self->p, 0, THP_PAGES, seed + 1));
 }
 
+/* --- 9. PMD tables emptied by DONTNEED and by reclaim ----------------- */
+
+/*
+ * Areas of whole GiBs, GiB-aligned (no other VMA shares their PMD tables),
+ * of base pages.  Each GiB gets a few pages written, the sparse pages: a run
+ * at the start of its first PTE table and one at the end of its last, so
+ * that each GiB holds SPARSE_TABLES PTE tables under its PMD table.  Every
+ * test frees the PMD tables of at least two GiBs: NOISE_TABLES cannot hide
+ * a PMD table left behind.
+ */
+#define SPARSE_RUN	4		/* pages per run */
+#define SPARSE_TABLES	2L		/* runs, and PTE tables, per GiB */
+
+/* The first page of run @k of GiB @g */
+static unsigned long sparse_run(unsigned long g, unsigned long k)
+{
+	return g * PMD_PAGES + (k ? PMD_PAGES - SPARSE_RUN : 0);
+}
+
+/* The PTE and PMD tables that the sparse pages of @gibs GiBs take */
+static long sparse_tables(unsigned long gibs)
+{
+	return gibs * (SPARSE_TABLES + 1);
+}
+
+/* Tag the sparse pages of GiBs [0, @gibs) of @p */
+static void fill_sparse(char *p, unsigned long gibs, unsigned int seed)
+{
+	for (unsigned long g = 0; g < gibs; g++)
+		for (unsigned long k = 0; k < SPARSE_TABLES; k++)
+			fill(p, sparse_run(g, k), SPARSE_RUN, seed);
+}
+
+/* Read the sparse pages of GiBs [0, @gibs): how many are not as expected */
+static unsigned long count_unlike_sparse(char *p, unsigned long gibs, unsigned int seed,
+					 enum expect e)
+{
+	unsigned long bad = 0;
+
+	for (unsigned long g = 0; g < gibs; g++)
+		for (unsigned long k = 0; k < SPARSE_TABLES; k++)
+			bad += count_unlike(p, sparse_run(g, k), SPARSE_RUN, seed, e);
+	return bad;
+}
+
+static unsigned long rewrite_sparse(char *p, unsigned long gibs, unsigned int seed)
+{
+	fill_sparse(p, gibs, seed);
+	return count_unlike_sparse(p, gibs, seed, HOLDS_TAG);
+}
+
+/* Tables of the sparse pages of GiBs [0, @gibs) with nothing present or swapped */
+static long count_empty_sparse(char *p, unsigned long gibs)
+{
+	long empty = 0;
+
+	for (unsigned long g = 0; g < gibs; g++) {
+		for (unsigned long k = 0; k < SPARSE_TABLES; k++) {
+			unsigned long t = sparse_run(g, k) / TABLE_PAGES;
+			long n = count_empty_tables(p + t * TABLE_SPAN, 1);
+
+			if (n < 0)
+				return -1;
+			empty += n;
+		}
+	}
+	return empty;
+}
+
+/* @gibs GiBs of base pages, their sparse pages tagged */
+static char *map_sparse(struct __test_metadata *_metadata, unsigned long gibs,
+			unsigned int seed)
+{
+	long before = vmpte_kb();
+	char *p = map_small_pages(gibs * PMD_SPAN, PMD_SPAN);
+
+	if (!p)
+		return NULL;
+	fill_sparse(p, gibs, seed);
+	EXPECT_GE(vmpte_kb() - before, sparse_tables(gibs) * TABLE_KB)
+		TH_LOG("VmPTE %ld kB before tagging %lu GiB", before, gibs);
+	return p;
+}
+
+/* MADV_DONTNEED of [0, @len) of @p but [@off, @off + @n) */
+static int dontneed_around(char *p, unsigned long len, unsigned long off, unsigned long n)
+{
+	if (madvise(p, off, MADV_DONTNEED) ||
+	    madvise(p + off + n, len - off - n, MADV_DONTNEED))
+		return -errno;
+	return 0;
+}
+
+#define POLL_MS		5000
+
+/*
+ * VmPTE once it fell @nr tables below @before, or after POLL_MS: a PMD table
+ * emptied by reclaim is freed by a workqueue, a little later.  Without the
+ * switch (vanilla) nothing is waited for.
+ */
+static long vmpte_after_fall(long before, long nr)
+{
+	long now = vmpte_kb();
+
+	if (!switch_present(RECLAIM_SYSCTL))
+		return now;
+	for (int ms = 0; ms < POLL_MS && before - now < nr * TABLE_KB; ms += 10) {
+		usleep(10 * 1000);
+		now = vmpte_kb();
+	}
+	return now;
+}
+
+#define PMD_GIBS	4
+
+TEST_F(reclaim, dontneed_pmd_tables)
+{
+	const unsigned int seed = 0x9a;
+	long start = vmpte_kb(), before, after;
+
+	self->len = PMD_GIBS * PMD_SPAN;
+	self->p = map_sparse(_metadata, PMD_GIBS, seed);
+	ASSERT_NE(NULL, self->p);
+	before = vmpte_kb();
+	ASSERT_EQ(0, madvise(self->p, self->len, MADV_DONTNEED));
+	after = vmpte_kb();
+	expect_tables_freed(_metadata, variant->on, before, after, sparse_tables(PMD_GIBS));
+	TH_LOG("VmPTE %ld kB at start, %ld tagged, %ld after DONTNEED", start, before, after);
+
+	EXPECT_EQ(0, count_unlike_sparse(self->p, PMD_GIBS, 0, HOLDS_ZERO));
+	EXPECT_EQ(0, rewrite_sparse(self->p, PMD_GIBS, seed + 1));
+}
+
+/*
+ * Three GiBs, one page of the middle one kept (KEPT_PAGE, in its first
+ * table): the tables of the outer GiBs go, and the middle GiB's last table;
+ * its PMD table and its first table stay.
+ */
+#define KEPT_GIBS	3
+#define KEPT_PAGE	(sparse_run(1, 0) + 2)
+
+TEST_F(reclaim, dontneed_pmd_kept_by_page)
+{
+	const unsigned int seed = 0x9b;
+	const long freeable = sparse_tables(KEPT_GIBS) - 2;
+	long before, after;
+
+	self->len = KEPT_GIBS * PMD_SPAN;
+	self->p = map_sparse(_metadata, KEPT_GIBS, seed);
+	ASSERT_NE(NULL, self->p);
+	before = vmpte_kb();
+	ASSERT_EQ(0, dontneed_around(self->p, self->len, KEPT_PAGE * PAGE_SIZE, PAGE_SIZE));
+	after = vmpte_kb();
+	expect_tables_freed(_metadata, variant->on, before, after, freeable);
+	EXPECT_LE((before - after) / TABLE_KB, freeable)
+		TH_LOG("VmPTE %ld -> %ld kB: a table mapping a page was freed", before, after);
+
+	EXPECT_EQ(0, count_unlike(self->p, KEPT_PAGE, 1, seed, HOLDS_TAG))
+		TH_LOG("the kept page lost its data");
+	EXPECT_EQ(1, count_unlike_sparse(self->p, KEPT_GIBS, 0, HOLDS_ZERO))
+		TH_LOG("all sparse pages but the kept one read zero");
+	EXPECT_EQ(0, rewrite_sparse(self->p, KEPT_GIBS, seed + 1));
+}
+
+/*
+ * One GiB with a PMD-mapped THP in its middle and base pages around: zapping
+ * all but the THP frees the PTE tables, the PMD table stays.
+ */
+#define THP_OFF		(PMD_SPAN / 2)
+
+TEST_F(reclaim, dontneed_pmd_kept_by_thp)
+{
+	const unsigned int seed = 0x9c, thp_seed = 0x9d;
+	long before, after;
+	char *thp;
+	int ret;
+
+	ret = thp_madvise();
+	if (ret == -ENOENT)
+		SKIP(return, "no %s", MTHP_2M);
+	ASSERT_EQ(0, ret);
+	self->len = PMD_SPAN;
+	self->p = map_sparse(_metadata, 1, seed);
+	ASSERT_NE(NULL, self->p);
+	thp = self->p + THP_OFF;
+	ASSERT_EQ(0, madvise(thp, SZ_2M, MADV_HUGEPAGE));
+	fill(thp, 0, TABLE_PAGES, thp_seed);
+	if (smaps_kb(thp, "AnonHugePages:") != SZ_2M >> 10)
+		SKIP(return, "no PMD THPs at fault");
+
+	before = vmpte_kb();
+	ASSERT_EQ(0, dontneed_around(self->p, self->len, THP_OFF, SZ_2M));
+	after = vmpte_kb();
+	expect_tables_freed(_metadata, variant->on, before, after, SPARSE_TABLES);
+	EXPECT_LE((before - after) / TABLE_KB, SPARSE_TABLES)
+		TH_LOG("VmPTE %ld -> %ld kB: the PMD table mapping a THP was freed",
+		       before, after);
+	EXPECT_EQ(SZ_2M >> 10, smaps_kb(thp, "AnonHugePages:"))
+		TH_LOG("the THP is no longer PMD-mapped");
+
+	EXPECT_EQ(0, count_unlike(thp, 0, TABLE_PAGES, thp_seed, HOLDS_TAG))
+		TH_LOG("the THP lost its data");
+	EXPECT_EQ(0, count_unlike_sparse(self->p, 1, 0, HOLDS_ZERO));
+	EXPECT_EQ(0, rewrite_sparse(self->p, 1, seed + 1));
+	EXPECT_EQ(0, rewrite(thp, 0, TABLE_PAGES, thp_seed + 1));
+}
+
+/*
+ * MADV_FREE of two GiBs whose sparse pages are not written again: reclaim
+ * drops them and frees their PTE tables, a workqueue then the PMD tables.
+ */
+#define LAZY_GIBS	2
+
+TEST_F_TIMEOUT(reclaim, madv_free_pmd_tables, 60)
+{
+	const unsigned int seed = 0x9e;
+	const long nr_pte = LAZY_GIBS * SPARSE_TABLES;
+	long before, freed, after, empty = 0;
+
+	ASSERT_EQ(0, pin_to_this_cpu());
+	self->len = LAZY_GIBS * PMD_SPAN;
+	self->p = map_sparse(_metadata, LAZY_GIBS, seed);
+	ASSERT_NE(NULL, self->p);
+	before = vmpte_kb();
+	ASSERT_EQ(0, madvise(self->p, self->len, MADV_FREE));
+	freed = vmpte_kb();
+	EXPECT_EQ(before, freed) TH_LOG("MADV_FREE changed VmPTE");
+
+	for (int pass = 0; pass < 10 && empty != nr_pte; pass++) {
+		if (pass)
+			usleep(10 * 1000);
+		madvise(self->p, self->len, MADV_PAGEOUT);
+		empty = count_empty_sparse(self->p, LAZY_GIBS);
+	}
+	after = vmpte_after_fall(freed, sparse_tables(LAZY_GIBS));
+	TH_LOG("VmPTE %ld kB tagged, %ld after MADV_PAGEOUT; %ld of %ld tables empty",
+	       freed, after, empty, nr_pte);
+	EXPECT_EQ(nr_pte, empty) TH_LOG("reclaim did not drop every page");
+	expect_tables_freed(_metadata, variant->on, freed, after, sparse_tables(LAZY_GIBS));
+
+	EXPECT_EQ(0, count_unlike_sparse(self->p, LAZY_GIBS, seed, TAG_OR_ZERO))
+		TH_LOG("pages neither zero nor their old contents");
+	EXPECT_EQ(0, rewrite_sparse(self->p, LAZY_GIBS, seed + 1));
+}
+
 /* --- 8. DONTNEED racing with faults, GUP, migration, mremap, uffd ----- */
 
 #define STRESS_SECONDS	10
@@ -875,6 +1142,7 @@ TEST_F(thp, split_and_zap)
 #define UFFD_CHUNK	(STRESS_CHUNKS - 1)	/* registered MISSING, never moved */
 #define IO_PAGES	16			/* one vmsplice or O_DIRECT read */
 #define STRESS_SEED	0x5e
+#define WHOLE_ZAP_EVERY	8	/* pmd: every 8th MADV_DONTNEED zaps the whole area */
 
 /*
  * Invariant: every page holds tag(STRESS_SEED, idx) in its checked words,
@@ -891,6 +1159,10 @@ struct stress_shared {		/* MAP_SHARED with the forked reader */
 
 struct stress {
 	char *p;
+	unsigned long map_len;	/* of the mapping at p: the area, or its whole GiB */
+	bool pmd;		/* the area is alone in its GiB, zapped whole at times */
+	unsigned long locked_zaps;	/* pmd: whole zaps under the write side of layout */
+	unsigned long pmd_freed;	/* ... after which a write needed a new PMD table */
 	char *scratch;		/* 2 MiB, PROT_NONE: where mremap moves a chunk */
 	struct stress_shared *sh;
 	int uffd;		/* -1: no userfaultfd */
@@ -960,7 +1232,46 @@ static void layout_done(struct stress *s)
 	pthread_rwlock_unlock(&s->sh->layout);
 }
 
-/* Random 2 MiB chunks, and random ranges at any page, of up to 3 MiB */
+/*
+ * Page tables the area needs again for a write to its first page, just after
+ * it was zapped whole: 2 if its PMD table was freed, else 1 (or 0 on vanilla).
+ */
+static long refault_tables(struct stress *s)
+{
+	long before = vmpte_kb();
+
+	write_tag(s->p, tag(STRESS_SEED, 0));
+	return (vmpte_kb() - before) / TABLE_KB;
+}
+
+/*
+ * pmd: MADV_DONTNEED of the whole area, alone in its GiB, empties the GiB's
+ * PMD table.  Under the read side of @layout the other workers fault, GUP,
+ * migrate, ... meanwhile, and the table goes when none of them refilled the
+ * area first.  Under the write side (@alone) nothing does: the table goes
+ * each time (the write after it shows), and the workers waiting for the
+ * lock then fault into a GiB without PMD table, together.
+ */
+static void stress_zap_whole(struct stress *s, bool alone)
+{
+	if (alone)
+		pthread_rwlock_wrlock(&s->sh->layout);
+	else
+		layout_read(s);
+	if (madvise(s->p, STRESS_LEN, MADV_DONTNEED)) {
+		stress_error(s, "MADV_DONTNEED of the area");
+	} else if (alone) {
+		s->locked_zaps++;
+		s->pmd_freed += refault_tables(s) >= 2;
+	}
+	layout_done(s);
+}
+
+/*
+ * Random 2 MiB chunks, and random ranges at any page, of up to 3 MiB; pmd:
+ * every WHOLE_ZAP_EVERY-th time the whole area, alternately under the read
+ * and the write side of @layout.
+ */
 static void *stress_dontneed(void *arg)
 {
 	struct worker *w = arg;
@@ -970,6 +1281,10 @@ static void *stress_dontneed(void *arg)
 		unsigned long first = rand_r(&w->seed) % STRESS_PAGES;
 		unsigned long n = 1 + rand_r(&w->seed) % (CHUNK_PAGES * 3 / 2);
 
+		if (s->pmd && !(w->ops % WHOLE_ZAP_EVERY)) {
+			stress_zap_whole(s, w->ops / WHOLE_ZAP_EVERY % 2);
+			continue;
+		}
 		if (w->ops % 2) {
 			first -= first % CHUNK_PAGES;
 			n = CHUNK_PAGES;
@@ -1319,6 +1634,19 @@ FIXTURE(stress) {
 	pid_t child;
 };
 
+/*
+ * pte: a 16 MiB area, its last chunk registered with userfaultfd, which
+ * keeps the PMD table: only PTE tables are freed.  pmd: the area is the start
+ * of a mapping of a whole GiB, no userfaultfd: its PMD table goes whenever
+ * the area is zapped whole.
+ */
+FIXTURE_VARIANT(stress) {
+	bool pmd;
+};
+
+FIXTURE_VARIANT_ADD(stress, pte) { .pmd = false };
+FIXTURE_VARIANT_ADD(stress, pmd) { .pmd = true };
+
 FIXTURE_SETUP(stress)
 {
 	struct stress *s = &self->s;
@@ -1330,8 +1658,9 @@ FIXTURE_SETUP(stress)
 	s->dio_fd = -1;
 	self->child = -1;
 	ASSERT_EQ(0, set_switch(RECLAIM_SYSCTL, 1));
-	if (!access(MTHP_2M, F_OK))
-		ASSERT_EQ(0, write_knob(MTHP_2M, "madvise\n"));
+	ret = thp_madvise();
+	if (ret != -ENOENT)
+		ASSERT_EQ(0, ret);
 
 	s->sh = mmap(NULL, sizeof(*s->sh), PROT_READ | PROT_WRITE,
 		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -1343,17 +1672,23 @@ FIXTURE_SETUP(stress)
 			PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP));
 	ASSERT_EQ(0, pthread_rwlock_init(&s->sh->layout, &attr));
 
-	/* not MADV_NOHUGEPAGE: MADV_COLLAPSE would refuse */
-	s->p = map_aligned(STRESS_LEN, SZ_2M, PROT_READ | PROT_WRITE);
+	/*
+	 * not MADV_NOHUGEPAGE: MADV_COLLAPSE would refuse.  pmd: the mapping
+	 * takes the whole GiB, so that nothing else (a thread stack, scratch)
+	 * lands there and keeps the PMD table; only the area is ever touched.
+	 */
+	s->pmd = variant->pmd;
+	s->map_len = s->pmd ? PMD_SPAN : STRESS_LEN;
+	s->p = map_aligned(s->map_len, s->pmd ? PMD_SPAN : SZ_2M, PROT_READ | PROT_WRITE);
 	ASSERT_NE(NULL, s->p);
-	ASSERT_EQ(0, madvise(s->p, STRESS_LEN, MADV_DONTFORK));	/* not COW-shared */
+	ASSERT_EQ(0, madvise(s->p, s->map_len, MADV_DONTFORK));	/* not COW-shared */
 	s->scratch = map_aligned(SZ_2M, SZ_2M, PROT_NONE);
 	ASSERT_NE(NULL, s->scratch);
 	fill(s->p, 0, STRESS_PAGES, STRESS_SEED);
 
 	s->two_nodes = has_two_nodes();
 	s->dio_fd = open_dio_file();
-	s->uffd = uffd_open(0);
+	s->uffd = s->pmd ? -1 : uffd_open(0);
 	if (s->uffd >= 0) {
 		ret = uffd_register(s->uffd, chunk(s, UFFD_CHUNK), SZ_2M,
 				    UFFDIO_REGISTER_MODE_MISSING);
@@ -1370,7 +1705,7 @@ FIXTURE_TEARDOWN(stress)
 		waitpid(self->child, NULL, 0);
 	}
 	if (s->p)
-		munmap(s->p, STRESS_LEN);
+		munmap(s->p, s->map_len);
 	if (s->scratch)
 		munmap(s->scratch, SZ_2M);
 	if (s->uffd >= 0)
@@ -1397,14 +1732,16 @@ TEST_F_TIMEOUT(stress, dontneed_races, 120)
 	struct worker w[ARRAY_SIZE(stress_ops)];
 	pthread_t threads[ARRAY_SIZE(stress_ops)];
 	unsigned long idle = 0;
-	long full, zapped, unmapped;
+	long full, zapped, refault = 0, unmapped;
 	int status;
 
 	if (!s->two_nodes)
 		TH_LOG("one NUMA node: no migration");
 	if (s->dio_fd < 0)
 		TH_LOG("no O_DIRECT on /tmp: no O_DIRECT reads");
-	if (s->uffd < 0)
+	if (s->pmd)
+		TH_LOG("area alone in its GiB: no userfaultfd");
+	else if (s->uffd < 0)
 		TH_LOG("no userfaultfd: %s", strerror(-s->uffd));
 
 	self->child = fork();
@@ -1447,21 +1784,35 @@ TEST_F_TIMEOUT(stress, dontneed_races, 120)
 
 	/* every page holds its tag or zero */
 	EXPECT_EQ(0, count_unlike(s->p, 0, STRESS_PAGES, STRESS_SEED, TAG_OR_ZERO));
+	/*
+	 * pmd: the write after DONTNEED needs a PMD table again; munmap then
+	 * frees it with the PTE table, leaving VmPTE where DONTNEED left it.
+	 */
 	full = vmpte_kb();
 	ASSERT_EQ(0, madvise(s->p, STRESS_LEN, MADV_DONTNEED));
 	zapped = vmpte_kb();
-	ASSERT_EQ(0, munmap(s->p, STRESS_LEN));
+	if (s->pmd)
+		refault = refault_tables(s);
+	ASSERT_EQ(0, munmap(s->p, s->map_len));
 	s->p = NULL;
 	unmapped = vmpte_kb();
 	TH_LOG("VmPTE %ld kB populated, %ld after DONTNEED, %ld after munmap",
 	       full, zapped, unmapped);
+	if (s->pmd)
+		TH_LOG("%lu of %lu whole zaps under the write lock freed the PMD table; "
+		       "after the last DONTNEED a write needed %ld tables",
+		       s->pmd_freed, s->locked_zaps, refault);
 	EXPECT_GE(full - unmapped, (long)STRESS_CHUNKS * TABLE_KB);
 	if (!switch_present(RECLAIM_SYSCTL)) {
 		TH_LOG("no %s (vanilla?): tables left after DONTNEED not checked",
 		       RECLAIM_SYSCTL);
-	} else {
-		EXPECT_LE(zapped - unmapped, NOISE_TABLES * TABLE_KB)
-			TH_LOG("tables left after DONTNEED of the whole area");
+		return;
+	}
+	EXPECT_LE(zapped - unmapped, NOISE_TABLES * TABLE_KB)
+		TH_LOG("tables left after DONTNEED of the whole area");
+	if (s->pmd) {
+		EXPECT_LE(2, refault) TH_LOG("the PMD table survived DONTNEED of the whole GiB");
+		EXPECT_LT(0, s->pmd_freed) TH_LOG("no whole zap freed the PMD table");
 	}
 }
 
