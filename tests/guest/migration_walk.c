@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <numaif.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -803,6 +804,286 @@ TEST_F_TIMEOUT(undo, vmsplice_pinned_pages, 120)
 	store_word(first_word(pin_w), tag(seed, PIN_WRITTEN));
 	EXPECT_EQ(0, count_bad(self->p, UNDO_PAGES, seed));
 	EXPECT_EQ(0, touch_all(self->p, UNDO_PAGES, seed + 2));
+}
+
+/* --- 5b. NUMA balancing of shared pages written from both nodes ------- */
+
+#define NUMAB_DIR	"/sys/kernel/debug/sched/numa_balancing"
+#define NUMAB_SECONDS	20	/* each process, writing and purging */
+#define NUMAB_SHARED	16	/* shared pages both processes write */
+#define NUMAB_PRIVATE	256	/* private pages each faults and drops */
+
+/*
+ * Two processes map the same shared pages (MAP_SHARED|MAP_ANONYMOUS: shmem,
+ * or a memfd), run on CPUs of different nodes and both write the pages,
+ * while each also faults private pages and drops them with MADV_DONTNEED.
+ * NUMA balancing then migrates the shared folios back and forth
+ * (migrate_misplaced_folio(), MIGRATE_ASYNC), each time from a hinting
+ * fault of one process while the other maps the folio.  A restore walk that
+ * stops early leaves a migration entry in the other process: its next access
+ * hits "kernel BUG at include/linux/swapops.h" (perf kernel) or the debug
+ * kernel's verification walk warns.  The scanner runs every 10 ms so that
+ * migrations happen within seconds under TCG.
+ */
+FIXTURE(numab) {
+	char *shared;
+	int fd;
+};
+
+FIXTURE_VARIANT(numab) {
+	bool memfd;	/* a memfd MAP_SHARED, else MAP_SHARED|MAP_ANONYMOUS */
+};
+
+FIXTURE_VARIANT_ADD(numab, shared_anon) { .memfd = false };
+FIXTURE_VARIANT_ADD(numab, memfd) { .memfd = true };
+
+static struct knob numab_knobs[] = {
+	{ .path = NUMAB_DIR "/scan_delay_ms" },
+	{ .path = NUMAB_DIR "/scan_period_min_ms" },
+	{ .path = NUMAB_DIR "/scan_period_max_ms" },
+	{ .path = NUMAB_DIR "/scan_size_mb" },
+};
+
+/* The first CPU of @node, or -1 */
+static int node_first_cpu(int node)
+{
+	char path[64], buf[64];
+
+	snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/cpulist", node);
+	if (read_knob(path, buf, sizeof(buf)) || !buf[0])
+		return -1;
+	return atoi(buf);
+}
+
+static int pin_to_cpu(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof(set), &set);
+}
+
+/*
+ * One side: word @who + 1 of every shared page counts its rounds (the other
+ * side's word is not ours to check), the private pages are written and
+ * half of them dropped each round.  0, or what went wrong.
+ */
+static int numab_side(char *shared, int who, time_t end)
+{
+	char *priv = mmap(NULL, NUMAB_PRIVATE * PAGE_SIZE, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	unsigned long round;
+
+	if (priv == MAP_FAILED)
+		return CHILD_DIED;
+	for (round = 1; time(NULL) < end; round++) {
+		for (unsigned long i = 0; i < NUMAB_SHARED; i++) {
+			unsigned long *w = (unsigned long *)(shared + i * PAGE_SIZE) + who + 1;
+
+			if (load_word(w) != round - 1)
+				return CHILD_BAD_DATA;
+			store_word(w, round);
+		}
+		for (unsigned long i = 0; i < NUMAB_PRIVATE; i++)
+			store_word(first_word(priv + i * PAGE_SIZE), round);
+		madvise(priv + (round % 2) * (NUMAB_PRIVATE / 2) * PAGE_SIZE,
+			NUMAB_PRIVATE / 2 * PAGE_SIZE, MADV_DONTNEED);
+	}
+	munmap(priv, NUMAB_PRIVATE * PAGE_SIZE);
+	return 0;
+}
+
+FIXTURE_SETUP(numab)
+{
+	self->shared = MAP_FAILED;
+	self->fd = -1;
+	if (access("/sys/devices/system/node/node1", F_OK))
+		SKIP(return, "needs two NUMA nodes");
+	if (access(NUMA_BALANCING, F_OK) || access(NUMAB_DIR, F_OK))
+		SKIP(return, "no NUMA balancing (or no debugfs) in this kernel");
+	save_knob_list(numab_knobs, ARRAY_SIZE(numab_knobs));
+	ASSERT_EQ(0, set_switch(WALK_SYSCTL, 1));
+	ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_delay_ms", "0\n"));
+	ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_period_min_ms", "10\n"));
+	ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_period_max_ms", "10\n"));
+	ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_size_mb", "256\n"));
+	ASSERT_EQ(0, write_knob(NUMA_BALANCING, "1\n"));
+
+	if (variant->memfd) {
+		self->fd = memfd_create("migration_walk_numab", 0);
+		ASSERT_LE(0, self->fd);
+		ASSERT_EQ(0, ftruncate(self->fd, NUMAB_SHARED * PAGE_SIZE));
+		self->shared = mmap(NULL, NUMAB_SHARED * PAGE_SIZE, PROT_READ | PROT_WRITE,
+				    MAP_SHARED, self->fd, 0);
+	} else {
+		self->shared = mmap(NULL, NUMAB_SHARED * PAGE_SIZE, PROT_READ | PROT_WRITE,
+				    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	}
+	ASSERT_NE(MAP_FAILED, self->shared);
+}
+
+FIXTURE_TEARDOWN(numab)
+{
+	write_knob(NUMA_BALANCING, "0\n");
+	restore_knob_list(numab_knobs, ARRAY_SIZE(numab_knobs));
+	if (self->shared != MAP_FAILED)
+		munmap(self->shared, NUMAB_SHARED * PAGE_SIZE);
+	if (self->fd >= 0)
+		close(self->fd);
+	restore_knobs();
+}
+
+TEST_F_TIMEOUT(numab, shared_pages_written_from_both_nodes, 240)
+{
+	int cpu0 = node_first_cpu(0), cpu1 = node_first_cpu(1);
+	long migrated = vmstat("numa_pages_migrated");
+	long walk_before = vmstat(WALK_VMSTAT);
+	time_t end = time(NULL) + NUMAB_SECONDS;
+	int status = 0, ret;
+	pid_t pid;
+
+	ASSERT_LE(0, cpu0);
+	ASSERT_LE(0, cpu1);
+	/* both words of each page start at 0: the first round expects that */
+	memset(self->shared, 0, NUMAB_SHARED * PAGE_SIZE);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid)
+		_exit(pin_to_cpu(cpu1) ? CHILD_DIED : numab_side(self->shared, 1, end));
+	ASSERT_EQ(0, pin_to_cpu(cpu0));
+	ret = numab_side(self->shared, 0, end);
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	EXPECT_EQ(0, ret) TH_LOG("parent: 1: bad data, 4: setup");
+	EXPECT_TRUE(WIFEXITED(status) && !WEXITSTATUS(status))
+		TH_LOG("child: %s %d (1: bad data, 4: setup)",
+		       WIFSIGNALED(status) ? "signal" : "exit",
+		       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+
+	migrated = vmstat("numa_pages_migrated") - migrated;
+	TH_LOG("numa_pages_migrated +%ld, %s +%ld", migrated, WALK_VMSTAT,
+	       walk_before < 0 ? 0 : vmstat(WALK_VMSTAT) - walk_before);
+	/* no NUMA-balancing migration: nothing was tested */
+	EXPECT_LT(0, migrated);
+	/* every shared page still answers to both processes' last writes */
+	EXPECT_EQ(0, touch_all(self->shared, NUMAB_SHARED, 0x5b));
+}
+
+/* --- 5c. a PMD-mapped shmem THP split while it migrates --------------- */
+
+#define SPLIT_THPS	4
+#define SPLIT_LEN	(SPLIT_THPS * SZ_2M)
+#define SPLIT_PAGES	(SPLIT_LEN / PAGE_SIZE)
+#define SPLIT_SECONDS	10
+#define SPLIT_SEED	0x5417
+
+/*
+ * A tmpfs THP mapped by a PMD becomes a PMD migration entry while it
+ * migrates.  MADV_DONTNEED of part of it, mprotect() of part of it or a
+ * partial munmap splits the PMD: in a file VMA, __split_huge_pmd_locked()
+ * just clears it, entry and all (the pages refault from the page cache).
+ * That entry is gone, so it must leave the migration count too: a count
+ * left high costs the early exit and is a warning at the restore on the
+ * debug kernel.  The file lives on /tmp, a tmpfs with huge=advise.
+ */
+struct split_race {
+	char *p;
+	bool stop;
+	unsigned long migrations, splits;
+	long errors;
+};
+
+static void *split_migrate(void *arg)
+{
+	struct split_race *r = arg;
+	int node = 0;
+
+	while (!__atomic_load_n(&r->stop, __ATOMIC_RELAXED)) {
+		node ^= 1;
+		if (migrate_range(r->p, SPLIT_LEN, SZ_2M, node) < 0)
+			r->errors++;
+		r->migrations++;
+	}
+	return NULL;
+}
+
+/* Split each THP's PMD: DONTNEED or mprotect one page, then refault it */
+static void split_loop(struct split_race *r, time_t end)
+{
+	unsigned int seed = 7;
+
+	while (time(NULL) < end) {
+		unsigned long t = rand_r(&seed) % SPLIT_THPS;
+		char *page = r->p + t * SZ_2M + (1 + rand_r(&seed) % 510) * PAGE_SIZE;
+
+		if (r->splits % 2) {
+			madvise(page, PAGE_SIZE, MADV_DONTNEED);
+		} else {
+			mprotect(page, PAGE_SIZE, PROT_READ);
+			mprotect(page, PAGE_SIZE, PROT_READ | PROT_WRITE);
+		}
+		/* a read maps the THP by a PMD again once nothing splits it */
+		load_word(first_word(r->p + t * SZ_2M));
+		r->splits++;
+	}
+}
+
+FIXTURE(shmem_thp) {
+	struct split_race r;
+	int fd;
+};
+
+FIXTURE_SETUP(shmem_thp)
+{
+	char path[] = "/tmp/migration_walk_thp.XXXXXX";
+	long pmd_kb;
+
+	memset(&self->r, 0, sizeof(self->r));
+	self->fd = -1;
+	if (!prepare_migration(_metadata))
+		return;
+	ASSERT_EQ(0, set_switch(WALK_SYSCTL, 1));
+	self->fd = mkstemp(path);
+	ASSERT_LE(0, self->fd);
+	unlink(path);
+	ASSERT_EQ(0, ftruncate(self->fd, SPLIT_LEN));
+	self->r.p = map_aligned(SPLIT_LEN, SZ_2M, PROT_NONE);
+	ASSERT_NE(NULL, self->r.p);
+	ASSERT_EQ(self->r.p, mmap(self->r.p, SPLIT_LEN, PROT_READ | PROT_WRITE,
+				  MAP_SHARED | MAP_FIXED, self->fd, 0));
+	ASSERT_EQ(0, madvise(self->r.p, SPLIT_LEN, MADV_HUGEPAGE));
+	ASSERT_EQ(0, bind_to_node(0));
+	fill(self->r.p, SPLIT_PAGES, SPLIT_SEED);
+	ASSERT_EQ(0, bind_to_node(-1));
+	pmd_kb = smaps_kb(self->r.p, "FilePmdMapped:");
+	if (pmd_kb != SPLIT_LEN >> 10)
+		SKIP(return, "tmpfs gave no PMD-mapped THPs (FilePmdMapped %ld kB)", pmd_kb);
+}
+
+FIXTURE_TEARDOWN(shmem_thp)
+{
+	if (self->r.p)
+		munmap(self->r.p, SPLIT_LEN);
+	if (self->fd >= 0)
+		close(self->fd);
+	restore_knobs();
+}
+
+TEST_F_TIMEOUT(shmem_thp, split_while_migrating, 120)
+{
+	struct split_race *r = &self->r;
+	pthread_t t;
+
+	ASSERT_EQ(0, pthread_create(&t, NULL, split_migrate, r));
+	split_loop(r, time(NULL) + SPLIT_SECONDS);
+	__atomic_store_n(&r->stop, true, __ATOMIC_RELAXED);
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	TH_LOG("%lu migrations, %lu PMD splits; FilePmdMapped %ld kB at the end",
+	       r->migrations, r->splits, smaps_kb(r->p, "FilePmdMapped:"));
+	EXPECT_EQ(0, r->errors);
+	EXPECT_LT(0, r->migrations);
+	EXPECT_EQ(0, count_bad(r->p, SPLIT_PAGES, SPLIT_SEED));
+	EXPECT_EQ(0, touch_all(r->p, SPLIT_PAGES, SPLIT_SEED + 1));
 }
 
 /* --- 6. migrations racing with fork, exit, munmap, DONTNEED, mremap ---- */

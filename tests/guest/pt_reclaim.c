@@ -1816,4 +1816,188 @@ TEST_F_TIMEOUT(stress, dontneed_races, 120)
 	}
 }
 
+/* --- 9. the sweep of reclaim racing with munmap ----------------------- */
+
+#define SWEEP_ROUNDS	20
+
+struct sweep_race {
+	char *p;		/* one GiB, alone in its GiB */
+	pthread_barrier_t go;
+	int err;
+};
+
+/* Reclaim the lazily freed pages of the GiB: holds mmap_lock for read */
+static void *sweep_pageout(void *arg)
+{
+	struct sweep_race *r = arg;
+
+	pthread_barrier_wait(&r->go);
+	if (madvise(r->p, PMD_SPAN, MADV_PAGEOUT))
+		r->err = errno;
+	return NULL;
+}
+
+/*
+ * Reclaim drops MADV_FREE pages of a GiB while munmap() of that GiB waits
+ * for mmap_lock: reclaim's mmap_read_trylock() fails and hands the GiB to
+ * the sweep work item.  The sweep then runs under the read lock right after
+ * munmap downgraded its lock, while munmap zaps the GiB and frees its PTE
+ * tables and its PMD table in free_pgtables(), which takes no page-table
+ * lock: a sweep that walks tables no VMA covers frees them a second time or
+ * reads a freed PMD table (KASAN, "Bad page state", pgtables_bytes).
+ */
+TEST_F_TIMEOUT(reclaim, sweep_vs_munmap, 180)
+{
+	const unsigned int seed = 0x5a;
+	struct sweep_race r = { 0 };
+	long pte_before = vmpte_kb();
+
+	if (!variant->on)
+		SKIP(return, "the sweep exists with the switch on");
+	for (int round = 0; round < SWEEP_ROUNDS; round++) {
+		pthread_t t;
+
+		r.p = map_sparse(_metadata, 1, seed);
+		ASSERT_NE(NULL, r.p);
+		/* every table of the GiB, for the zap and free_pgtables to go through */
+		for (unsigned long off = 0; off < PMD_SPAN; off += TABLE_SPAN)
+			store_word(first_word(r.p + off), 1);
+		ASSERT_EQ(0, madvise(r.p, PMD_SPAN, MADV_FREE));
+		ASSERT_EQ(0, pthread_barrier_init(&r.go, NULL, 2));
+		ASSERT_EQ(0, pthread_create(&t, NULL, sweep_pageout, &r));
+		pthread_barrier_wait(&r.go);
+		usleep(round % 4 * 1000);
+		ASSERT_EQ(0, munmap(r.p, PMD_SPAN));
+		ASSERT_EQ(0, pthread_join(t, NULL));
+		pthread_barrier_destroy(&r.go);
+		/* EINVAL/ENOMEM: munmap won the race, nothing to reclaim */
+		ASSERT_TRUE(!r.err || r.err == ENOMEM || r.err == EINVAL)
+			TH_LOG("MADV_PAGEOUT: errno %d", r.err);
+		r.err = 0;
+	}
+	/* let the sweeps queued in the last rounds run */
+	usleep(200 * 1000);
+	TH_LOG("VmPTE %ld kB before, %ld after %d rounds", pte_before, vmpte_kb(),
+	       SWEEP_ROUNDS);
+	EXPECT_LE(vmpte_kb() - pte_before, NOISE_TABLES * TABLE_KB);
+}
+
+/* --- 10. UFFDIO_MOVE from a source whose tables are reclaimed --------- */
+
+#define MOVE_SECONDS	10
+#define MOVE_LEN	(4 * SZ_2M)
+#define MOVE_PAGES	(MOVE_LEN / PAGE_SIZE)
+
+struct move_race {
+	char *src, *dst;	/* dst registered, src not: any private anon */
+	int uffd;
+	bool stop;
+	unsigned long moves, moved, writes, purges, einval, other;
+	int other_errno;
+};
+
+static bool move_stopped(struct move_race *m)
+{
+	return __atomic_load_n(&m->stop, __ATOMIC_RELAXED);
+}
+
+/* Write random source pages: something to move */
+static void *move_writer(void *arg)
+{
+	struct move_race *m = arg;
+	unsigned int seed = 3;
+
+	while (!move_stopped(m)) {
+		unsigned long i = rand_r(&seed) % MOVE_PAGES;
+
+		write_tag(m->src + i * PAGE_SIZE, tag(0x30, i));
+		m->writes++;
+	}
+	return NULL;
+}
+
+/* MADV_DONTNEED of the whole source: its empty tables are freed */
+static void *move_purger(void *arg)
+{
+	struct move_race *m = arg;
+
+	while (!move_stopped(m)) {
+		madvise(m->src, MOVE_LEN, MADV_DONTNEED);
+		m->purges++;
+	}
+	return NULL;
+}
+
+/*
+ * Move each page of the source to the destination (holes allowed), check
+ * what arrived, and drop it from the destination again.  A move that finds
+ * the source table gone under it must retry (and find a hole), not fail.
+ */
+static void move_loop(struct __test_metadata *_metadata, struct move_race *m)
+{
+	int pm = open("/proc/self/pagemap", O_RDONLY);
+	time_t end = time(NULL) + MOVE_SECONDS;
+
+	ASSERT_LE(0, pm);
+	for (unsigned long i = 0; time(NULL) < end; i = (i + 1) % MOVE_PAGES) {
+		struct uffdio_move mv = {
+			.dst = (unsigned long)m->dst + i * PAGE_SIZE,
+			.src = (unsigned long)m->src + i * PAGE_SIZE,
+			.len = PAGE_SIZE,
+			.mode = UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES,
+		};
+		char *page = m->dst + i * PAGE_SIZE;
+
+		m->moves++;
+		if (ioctl(m->uffd, UFFDIO_MOVE, &mv)) {
+			if (errno == EINVAL) {
+				m->einval++;
+			} else if (errno != EAGAIN) {
+				m->other++;
+				m->other_errno = errno;
+			}
+			continue;
+		}
+		/* a hole leaves the destination empty: reading it would fault */
+		if (pagemap_entry(pm, page) >> PM_PRESENT & 1) {
+			EXPECT_EQ(tag(0x30, i), load_word(first_word(page)));
+			m->moved++;
+			madvise(page, PAGE_SIZE, MADV_DONTNEED);
+		}
+	}
+	close(pm);
+}
+
+TEST_F_TIMEOUT(reclaim, uffd_move_source_reclaimed, 120)
+{
+	void *(*const fns[])(void *) = { move_writer, move_purger };
+	struct move_race m = { 0 };
+	pthread_t t[ARRAY_SIZE(fns)];
+
+	m.uffd = uffd_open(UFFD_FEATURE_MOVE);
+	if (m.uffd < 0)
+		SKIP(return, "no UFFDIO_MOVE: %d", m.uffd);
+	m.src = map_small_pages(MOVE_LEN, SZ_2M);
+	m.dst = map_small_pages(MOVE_LEN, SZ_2M);
+	ASSERT_NE(NULL, m.src);
+	ASSERT_NE(NULL, m.dst);
+	ASSERT_EQ(0, uffd_register(m.uffd, m.dst, MOVE_LEN, UFFDIO_REGISTER_MODE_MISSING));
+
+	for (size_t k = 0; k < ARRAY_SIZE(fns); k++)
+		ASSERT_EQ(0, pthread_create(&t[k], NULL, fns[k], &m));
+	move_loop(_metadata, &m);
+	__atomic_store_n(&m.stop, true, __ATOMIC_RELAXED);
+	for (size_t k = 0; k < ARRAY_SIZE(fns); k++)
+		ASSERT_EQ(0, pthread_join(t[k], NULL));
+
+	TH_LOG("%lu moves, %lu pages moved, %lu writes, %lu purges of the source",
+	       m.moves, m.moved, m.writes, m.purges);
+	EXPECT_EQ(0, m.einval) TH_LOG("UFFDIO_MOVE failed with EINVAL");
+	EXPECT_EQ(0, m.other) TH_LOG("UFFDIO_MOVE: errno %d", m.other_errno);
+	EXPECT_LT(0, m.moved) TH_LOG("nothing was moved: the test did not test");
+	close(m.uffd);
+	munmap(m.src, MOVE_LEN);
+	munmap(m.dst, MOVE_LEN);
+}
+
 TEST_HARNESS_MAIN

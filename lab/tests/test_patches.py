@@ -1,0 +1,66 @@
+"""Checks on the series itself (patches/*.patch) that no kernel build shows.
+
+VM_BUG_ON*() and VM_WARN_ON*() do not evaluate their condition without
+CONFIG_DEBUG_VM (BUILD_BUG_ON_INVALID()): a side effect inside one happens
+on the debug kernel and never on the perf kernel.  0002 counted migration
+entries inside VM_WARN_ON_ONCE_FOLIO(), so the perf kernel's count stayed 0
+and its restore walks stopped after the first VMA (issue 10, item 0).
+"""
+import re
+
+from lab.common import PATCHES_DIR
+
+_MACRO = re.compile(r"\bVM_(?:BUG|WARN)_ON\w*\s*\(")
+# calls and operators that change state
+_EFFECT = re.compile(r"(\+\+|--|[^=!<>]=[^=]|\b\w*(?:_return|_inc|_dec|_add|_sub|xchg|"
+                     r"test_and_\w+|_and_test|_fetch_\w*)\s*\()")
+
+
+def _added_code(patch: str) -> list[tuple[int, str]]:
+    return [(i, l[1:]) for i, l in enumerate(patch.splitlines(), 1)
+            if l.startswith("+") and not l.startswith("+++")]
+
+
+def debug_macro_side_effects(patch: str) -> list[str]:
+    """The added VM_BUG_ON*()/VM_WARN_ON*() whose arguments change state."""
+    lines = _added_code(patch)
+    found = []
+    for k, (no, line) in enumerate(lines):
+        m = _MACRO.search(line)
+        if not m:
+            continue
+        text, depth, j = line[m.end():], 1, k
+        while True:
+            for c in text:
+                depth += (c == "(") - (c == ")")
+            if depth <= 0 or j + 1 >= len(lines) or j - k > 10:
+                break
+            j += 1
+            text = lines[j][1]
+            line += " " + text.strip()
+        args = line[m.end():]
+        if _EFFECT.search(args):
+            found.append(f"line {no}: {line.strip()}")
+    return found
+
+
+def test_the_checker_finds_what_it_is_for():
+    bad = ("+\tVM_WARN_ON_ONCE_FOLIO(atomic_long_add_return(nr, &mec->nr) < 0,\n"
+           "+\t\t\t      folio);\n+\tVM_BUG_ON(x++);\n")
+    good = ("+\tVM_WARN_ON_ONCE_FOLIO(left < 0, folio);\n"
+            "+\tVM_WARN_ON_ONCE(!pmd_same(pmdval, pmdp_get(pmd)));\n"
+            "+\tVM_BUG_ON(a == b || c != d || e <= f);\n")
+    assert len(debug_macro_side_effects(bad)) == 2
+    assert debug_macro_side_effects(good) == []
+
+
+def test_no_side_effects_in_debug_macros():
+    found = {p.name: debug_macro_side_effects(p.read_text())
+             for p in sorted(PATCHES_DIR.glob("*.patch"))}
+    assert not {k: v for k, v in found.items() if v}
+
+
+def test_every_patch_is_signed_off():
+    unsigned = [p.name for p in sorted(PATCHES_DIR.glob("*.patch"))
+                if not re.search(r"^Signed-off-by: .+ <.+>$", p.read_text(), re.M)]
+    assert not unsigned
