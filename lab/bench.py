@@ -38,6 +38,8 @@ BENCHES = [
     _b("pt_reclaim-free", "pt_reclaim", "bench_pt_reclaim", "--free"),
     _b("fault-1proc", "pt_reclaim", "bench_pt_reclaim", "--fault", "--procs", "1"),
     _b("fault-2proc", "pt_reclaim", "bench_pt_reclaim", "--fault", "--procs", "2"),
+    _b("purge-tlb", "purge", "bench_purge", "--tlb"),
+    _b("purge-faults", "purge", "bench_purge", "--faults"),
     _b("migrate-0", "migrate", "bench_migrate", "--children", "0"),
     _b("migrate-1000", "migrate", "bench_migrate", timeout=1800),
     _b("migrate-1000-mthp64", "migrate", "bench_migrate", "--mthp64", timeout=1800),
