@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from . import bench, build, deps, guest, kconfig, results, splat, suites, tree
+from . import bench, build, deps, guest, kconfig, results, soak, splat, suites, tree
 from .common import REPO, LabError, cache_dir, info, step, warn
 
 
@@ -209,6 +209,26 @@ def cmd_shell(args) -> int:
     return guest.shell(vmlinux, bins, _run_dir(f"shell-{kernel}"))
 
 
+def cmd_soak(args) -> int:
+    if args.minutes < 1:
+        raise LabError("--minutes must be at least 1")
+    deps.ensure_apt()
+    run_dir = _run_dir(f"soak-{args.profile}")
+    vmlinux, st_dir, ours = prepare("patched", args.profile, force_tree=False)
+    bins = [ours / "pt_reclaim", ours / "migration_walk"]
+    secs = args.minutes * 60
+    plan = [guest.PlanItem("soak", "soak", secs + 600, ["soak", str(args.minutes),
+                                                        args.memcg_limit])]
+    step(f"boot patched ({args.profile}) and soak for {args.minutes} min; logs in {run_dir}")
+    out = guest.boot(vmlinux, plan, bins, run_dir, timeout=secs + 900)
+    res = soak.parse(out.runs[0].output if out.runs else [])
+    text, ok = soak.report(res, out, args.minutes)
+    (run_dir / "soak.txt").write_text(text + "\n")
+    print(text)
+    print(f"\nlogs: {run_dir}")
+    return 0 if ok else 1
+
+
 def cmd_bench(args) -> int:
     outdir = Path(args.out).resolve() if args.out else None
     sizes = "quick" if args.quick else "full" if args.full else "default"
@@ -252,6 +272,14 @@ def main(argv: list[str]) -> int:
     s.add_argument("--vanilla", action="store_true")
     s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES))
     s.set_defaults(fn=cmd_shell)
+    s = sub.add_parser("soak", help="stress-ng and our race tests for N minutes on the "
+                                    "patched debug kernel, every feature on")
+    s.add_argument("--minutes", type=int, default=30, help="how long (default 30)")
+    s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES),
+                   help="debug (default) or kasan")
+    s.add_argument("--memcg-limit", default="1G", metavar="SIZE",
+                   help="memory.max of stress-ng's cgroup, below its load (default 1G)")
+    s.set_defaults(fn=cmd_soak)
     s = sub.add_parser("bench", help="benchmarks, vanilla vs patched (the README's command)")
     s.add_argument("only", nargs="*", metavar="BENCH",
                    help="benchmarks or variants to run (default: all): "

@@ -27,7 +27,7 @@ from .common import GuestError, Progress, cache_dir, info, run, step, warn
 from .qemu_config import DEFAULT, Machine
 
 INIT = Path(__file__).resolve().parent / "guest" / "init"
-HELPERS = [Path(__file__).resolve().parent / "guest" / "with-hugepages"]
+HELPERS = [Path(__file__).resolve().parent / "guest" / n for n in ("with-hugepages", "soak")]
 HOST_TOOLS = ("stress-ng", "numactl", "migratepages")
 
 

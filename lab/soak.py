@@ -1,0 +1,117 @@
+"""`ptlab soak`: the patched debug (or KASAN) kernel, every feature of the
+series on, running stress-ng's page-table stressors under a memcg limit
+smaller than their load, in parallel with our race tests in loops, for N
+minutes (lab/guest/soak does the guest side).
+
+The verdict: any console splat (the scanner of `ptlab test`, which includes
+"Bad rss-counter" and "non-zero pgtables_bytes"), a stressor stress-ng
+reports as failed or a non-zero stress-ng exit, a race-test run that failed,
+a switch of the series missing from the kernel, or a guest that did not
+finish, fails the run."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import guest, splat
+
+# stress-ng --metrics-brief: "stress-ng: info:  [123] fork   1234   60.00 ..."
+_METRIC = re.compile(r"stress-ng: (?:info|metrc): +\[\d+\] +([a-z][\w-]*) +(\d+) +[\d.]+ ")
+# a stressor's failure: "stress-ng: fail:  [123] vm: detected memory error ..."
+_FAIL = re.compile(r"stress-ng: fail: +\[\d+\] (.*)")
+# and, from stress-ng 0.16 on, the summary "... failed: 2: vm (1) mmap (1)"
+_FAILED = re.compile(r"stress-ng: \w+: +\[\d+\] failed: (\d+)(?:: (.*))?")
+_RACE = re.compile(r"SOAK-RACE (\S+) runs=(\d+) failed=(\d+)")
+
+
+@dataclass
+class SoakResult:
+    switches: dict[str, str] = field(default_factory=dict)
+    bogo_ops: dict[str, int] = field(default_factory=dict)
+    stress_failed: list[str] = field(default_factory=list)
+    stress_rc: int | None = None
+    races: dict[str, tuple[int, int]] = field(default_factory=dict)
+    race_logs: dict[str, list[str]] = field(default_factory=dict)
+    memcg: str = ""
+    vmstat: str = ""
+
+    def problems(self) -> list[str]:
+        out = [f"switch {p} is missing from this kernel"
+               for p, v in self.switches.items() if v == "missing"]
+        if self.stress_rc is None:
+            out.append("stress-ng did not report (the guest stopped early?)")
+        elif self.stress_rc:
+            out.append(f"stress-ng exited with {self.stress_rc}")
+        out += [f"stress-ng: stressor failed: {s}" for s in self.stress_failed]
+        if self.stress_rc is not None and not self.bogo_ops:
+            out.append("stress-ng printed no metrics")
+        out += [f"race test {n}: {f} of {r} runs failed"
+                for n, (r, f) in self.races.items() if f]
+        out += [f"race test {n} never ran" for n, (r, f) in self.races.items() if not r]
+        return out
+
+
+def parse(lines: list[str]) -> SoakResult:
+    res = SoakResult()
+    log_of = None
+    for line in lines:
+        if line.startswith("SOAK-RACE-LOG-BEGIN "):
+            log_of = line.split()[1]
+            res.race_logs[log_of] = []
+            continue
+        if line.startswith("SOAK-RACE-LOG-END"):
+            log_of = None
+            continue
+        if log_of:
+            res.race_logs[log_of].append(line)
+            continue
+        if line.startswith("SOAK-SWITCH "):
+            _, path, value = line.split(maxsplit=2)
+            res.switches[path] = value.strip()
+        elif m := _RACE.match(line):
+            res.races[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+        elif m := re.match(r"SOAK-STRESSNG-END rc=(\d+)", line):
+            res.stress_rc = int(m.group(1))
+        elif line.startswith("SOAK-MEMCG "):
+            res.memcg = (res.memcg + " " + line[len("SOAK-MEMCG "):]).strip()
+        elif line.startswith("SOAK-VMSTAT "):
+            res.vmstat = line[len("SOAK-VMSTAT "):].strip()
+        elif m := _FAIL.search(line):
+            res.stress_failed.append(m.group(1).strip())
+        elif m := _FAILED.search(line):
+            if int(m.group(1)):
+                res.stress_failed += re.findall(r"([\w-]+) \(\d+\)", m.group(2) or "") or \
+                    [m.group(2) or "?"]
+        elif m := _METRIC.search(line):
+            if m.group(1) != "stressor":
+                res.bogo_ops[m.group(1)] = int(m.group(2))
+    return res
+
+
+def report(res: SoakResult, out: guest.Outcome, minutes: int) -> tuple[str, bool]:
+    """The text to print and whether the soak passed."""
+    lines = [f"soak: {minutes} min; {res.memcg}"]
+    lines.append("switches: " + ", ".join(f"{Path(p).name}={v}"
+                                           for p, v in res.switches.items()))
+    lines.append(f"{'stressor':20} {'bogo ops':>12}")
+    for name, ops in sorted(res.bogo_ops.items()):
+        lines.append(f"{name:20} {ops:12}")
+    lines.append(f"{'race test':20} {'runs':>6} {'failed':>7}")
+    for name, (runs, failed) in sorted(res.races.items()):
+        lines.append(f"{name:20} {runs:6} {failed:7}")
+    if res.vmstat:
+        lines.append("vmstat: " + res.vmstat)
+    for name, log in res.race_logs.items():
+        lines.append(f"--- last failed run of {name} (tail) ---")
+        lines += log
+    problems = res.problems()
+    if out.splats:
+        problems.append(f"{len(out.splats)} splat(s) on the console ({out.console})")
+        lines.append(splat.format_report(out.splats))
+    if not out.finished:
+        problems.append(f"the guest did not finish; console: {out.console}")
+    lines += [f"FAIL: {p}" for p in problems]
+    ok = not problems
+    lines.append(f"soak: {'PASS' if ok else 'FAIL'}")
+    return "\n".join(lines), ok

@@ -1,0 +1,73 @@
+"""ptlab soak: the guest's report is parsed and judged (synthetic logs in the
+format of lab/guest/soak and stress-ng 0.15.06 --metrics-brief)."""
+from pathlib import Path
+
+from lab import soak
+from lab.guest import Outcome
+
+GOOD = """\
+SOAK-SWITCH /proc/sys/vm/pte_table_reclaim 1
+SOAK-SWITCH /proc/sys/vm/migration_walk_early_exit 1
+SOAK-SWITCH /proc/sys/kernel/numa_balancing 1
+SOAK-MEMCG memory.max=1073741824
+SOAK-RACE migration-stress runs=12 failed=0
+SOAK-RACE sweep-vs-munmap runs=40 failed=0
+SOAK-STRESSNG-BEGIN
+stress-ng: info:  [210] setting to a 1800 second run per stressor
+stress-ng: info:  [210] dispatching hogs: 1 fork, 1 mmap, 1 vm
+stress-ng: metrc: [210] stressor       bogo ops real time  usr time  sys time   bogo ops/s     bogo ops/s
+stress-ng: metrc: [210]                           (secs)    (secs)    (secs)   (real time) (usr+sys time)
+stress-ng: metrc: [210] fork                379      3.01      0.26      0.18       126.12         860.36
+stress-ng: metrc: [210] mmap                 13      3.08      0.32      1.79         4.22           6.16
+stress-ng: metrc: [210] tlb-shootdown         7      3.08      0.32      1.79         4.22           6.16
+stress-ng: info:  [210] successful run completed in 3.08s
+SOAK-STRESSNG-END rc=0
+SOAK-MEMCG oom 0 oom_kill 0
+SOAK-VMSTAT pswpout 1234 pt_reclaim_pte_freed 99
+""".splitlines()
+
+
+def _outcome(tmp_path: Path, finished=True, splats=()):
+    return Outcome([], finished, list(splats), tmp_path / "console.log",
+                   tmp_path / "results.txt", "", 0.0)
+
+
+def test_good_run_passes(tmp_path):
+    res = soak.parse(GOOD)
+    assert res.bogo_ops == {"fork": 379, "mmap": 13, "tlb-shootdown": 7}
+    assert res.races == {"migration-stress": (12, 0), "sweep-vs-munmap": (40, 0)}
+    assert res.stress_rc == 0
+    assert "pt_reclaim_pte_freed 99" in res.vmstat
+    text, ok = soak.report(res, _outcome(tmp_path), 30)
+    assert ok, text
+    assert "fork" in text and "379" in text and text.endswith("soak: PASS")
+
+
+def test_failed_stressor_race_and_missing_switch_fail(tmp_path):
+    lines = [l.replace("numa_balancing 1", "numa_balancing missing") for l in GOOD]
+    lines = [l.replace("runs=40 failed=0", "runs=40 failed=2") for l in lines]
+    lines.insert(lines.index("SOAK-STRESSNG-END rc=0"),
+                 "stress-ng: fail:  [212] vm: detected 3 bit errors while stressing memory")
+    lines = [l.replace("SOAK-STRESSNG-END rc=0", "SOAK-STRESSNG-END rc=2") for l in lines]
+    res = soak.parse(lines)
+    text, ok = soak.report(res, _outcome(tmp_path), 30)
+    assert not ok
+    assert "FAIL: switch /proc/sys/kernel/numa_balancing is missing" in text
+    assert "FAIL: race test sweep-vs-munmap: 2 of 40 runs failed" in text
+    assert "FAIL: stress-ng exited with 2" in text
+    assert "vm: detected 3 bit errors" in text
+
+
+def test_race_log_is_kept(tmp_path):
+    lines = GOOD[:5] + ["SOAK-RACE-LOG-BEGIN migration-stress", "# FAIL  stress.anon",
+                        "not ok 1 stress.anon", "SOAK-RACE-LOG-END migration-stress"] + GOOD[5:]
+    res = soak.parse(lines)
+    assert res.race_logs["migration-stress"] == ["# FAIL  stress.anon", "not ok 1 stress.anon"]
+    assert "SOAK-RACE" not in "".join(res.race_logs["migration-stress"])
+
+
+def test_unfinished_guest_or_splat_fails(tmp_path):
+    res = soak.parse(GOOD[:6])      # the guest died before stress-ng reported
+    text, ok = soak.report(res, _outcome(tmp_path, finished=False), 30)
+    assert not ok
+    assert "stress-ng did not report" in text and "did not finish" in text
