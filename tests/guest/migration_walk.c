@@ -46,6 +46,7 @@
 #define THP_DIR		"/sys/kernel/mm/transparent_hugepage"
 #define MTHP_64K	THP_DIR "/hugepages-64kB/enabled"
 #define MTHP_2M		THP_DIR "/hugepages-2048kB/enabled"
+#define SHMEM_THP	THP_DIR "/shmem_enabled"
 #define NUMA_BALANCING	"/proc/sys/kernel/numa_balancing"
 #define KSM_RUN		"/sys/kernel/mm/ksm/run"
 
@@ -60,6 +61,7 @@ static struct knob knobs[] = {
 	{ .path = KSM_RUN },
 	{ .path = MTHP_64K },
 	{ .path = MTHP_2M },
+	{ .path = SHMEM_THP },
 };
 
 static void __attribute__((constructor)) save_knobs(void)
@@ -809,7 +811,8 @@ TEST_F_TIMEOUT(undo, vmsplice_pinned_pages, 120)
 /* --- 5b. NUMA balancing of shared pages written from both nodes ------- */
 
 #define NUMAB_DIR	"/sys/kernel/debug/sched/numa_balancing"
-#define NUMAB_SECONDS	20	/* each process, writing and purging */
+#define NUMAB_SECONDS	30	/* each process, writing and purging */
+#define NUMAB_PHASE	3	/* seconds a side writes the shared pages alone */
 #define NUMAB_SHARED	16	/* shared pages both processes write */
 #define NUMAB_PRIVATE	256	/* private pages each faults and drops */
 
@@ -822,8 +825,13 @@ TEST_F_TIMEOUT(undo, vmsplice_pinned_pages, 120)
  * fault of one process while the other maps the folio.  A restore walk that
  * stops early leaves a migration entry in the other process: its next access
  * hits "kernel BUG at include/linux/swapops.h" (perf kernel) or the debug
- * kernel's verification walk warns.  The scanner runs every 10 ms so that
- * migrations happen within seconds under TCG.
+ * kernel's verification walk warns.
+ *
+ * NUMA balancing migrates a shared page towards a node once two hinting
+ * faults in a row came from that node, so the two sides take turns of
+ * NUMAB_PHASE seconds at writing the shared pages; the private pages keep
+ * both busy all along.  Where the kernel has them (CONFIG_SCHED_DEBUG), the
+ * scanner's debugfs knobs make it scan every 10 ms.
  */
 FIXTURE(numab) {
 	char *shared;
@@ -873,23 +881,31 @@ static int numab_side(char *shared, int who, time_t end)
 {
 	char *priv = mmap(NULL, NUMAB_PRIVATE * PAGE_SIZE, PROT_READ | PROT_WRITE,
 			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	unsigned long round;
+	unsigned long round, written = 0;
 
 	if (priv == MAP_FAILED)
 		return CHILD_DIED;
 	for (round = 1; time(NULL) < end; round++) {
-		for (unsigned long i = 0; i < NUMAB_SHARED; i++) {
+		bool my_turn = time(NULL) / NUMAB_PHASE % 2 == who;
+
+		for (unsigned long i = 0; my_turn && i < NUMAB_SHARED; i++) {
 			unsigned long *w = (unsigned long *)(shared + i * PAGE_SIZE) + who + 1;
 
-			if (load_word(w) != round - 1)
+			if (load_word(w) != written)
 				return CHILD_BAD_DATA;
 			store_word(w, round);
 		}
+		if (my_turn)
+			written = round;
 		for (unsigned long i = 0; i < NUMAB_PRIVATE; i++)
 			store_word(first_word(priv + i * PAGE_SIZE), round);
 		madvise(priv + (round % 2) * (NUMAB_PRIVATE / 2) * PAGE_SIZE,
 			NUMAB_PRIVATE / 2 * PAGE_SIZE, MADV_DONTNEED);
 	}
+	/* the other side's turn may have left entries in our page tables */
+	for (unsigned long i = 0; i < NUMAB_SHARED; i++)
+		if (load_word((unsigned long *)(shared + i * PAGE_SIZE) + who + 1) != written)
+			return CHILD_BAD_DATA;
 	munmap(priv, NUMAB_PRIVATE * PAGE_SIZE);
 	return 0;
 }
@@ -900,14 +916,16 @@ FIXTURE_SETUP(numab)
 	self->fd = -1;
 	if (access("/sys/devices/system/node/node1", F_OK))
 		SKIP(return, "needs two NUMA nodes");
-	if (access(NUMA_BALANCING, F_OK) || access(NUMAB_DIR, F_OK))
-		SKIP(return, "no NUMA balancing (or no debugfs) in this kernel");
+	if (access(NUMA_BALANCING, F_OK))
+		SKIP(return, "no NUMA balancing in this kernel");
 	save_knob_list(numab_knobs, ARRAY_SIZE(numab_knobs));
 	ASSERT_EQ(0, set_switch(WALK_SYSCTL, 1));
-	ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_delay_ms", "0\n"));
-	ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_period_min_ms", "10\n"));
-	ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_period_max_ms", "10\n"));
-	ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_size_mb", "256\n"));
+	if (!access(NUMAB_DIR, F_OK)) {
+		ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_delay_ms", "0\n"));
+		ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_period_min_ms", "10\n"));
+		ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_period_max_ms", "10\n"));
+		ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_size_mb", "256\n"));
+	}
 	ASSERT_EQ(0, write_knob(NUMA_BALANCING, "1\n"));
 
 	if (variant->memfd) {
@@ -978,13 +996,14 @@ TEST_F_TIMEOUT(numab, shared_pages_written_from_both_nodes, 240)
 #define SPLIT_SEED	0x5417
 
 /*
- * A tmpfs THP mapped by a PMD becomes a PMD migration entry while it
+ * A shmem THP mapped by a PMD becomes a PMD migration entry while it
  * migrates.  MADV_DONTNEED of part of it, mprotect() of part of it or a
  * partial munmap splits the PMD: in a file VMA, __split_huge_pmd_locked()
  * just clears it, entry and all (the pages refault from the page cache).
  * That entry is gone, so it must leave the migration count too: a count
  * left high costs the early exit and is a warning at the restore on the
- * debug kernel.  The file lives on /tmp, a tmpfs with huge=advise.
+ * debug kernel.  The file is a memfd, with shmem_enabled "advise" and
+ * MADV_HUGEPAGE.
  */
 struct split_race {
 	char *p;
@@ -1035,7 +1054,6 @@ FIXTURE(shmem_thp) {
 
 FIXTURE_SETUP(shmem_thp)
 {
-	char path[] = "/tmp/migration_walk_thp.XXXXXX";
 	long pmd_kb;
 
 	memset(&self->r, 0, sizeof(self->r));
@@ -1043,9 +1061,11 @@ FIXTURE_SETUP(shmem_thp)
 	if (!prepare_migration(_metadata))
 		return;
 	ASSERT_EQ(0, set_switch(WALK_SYSCTL, 1));
-	self->fd = mkstemp(path);
+	if (access(SHMEM_THP, F_OK))
+		SKIP(return, "no %s", SHMEM_THP);
+	ASSERT_EQ(0, write_knob(SHMEM_THP, "advise\n"));
+	self->fd = memfd_create("migration_walk_thp", 0);
 	ASSERT_LE(0, self->fd);
-	unlink(path);
 	ASSERT_EQ(0, ftruncate(self->fd, SPLIT_LEN));
 	self->r.p = map_aligned(SPLIT_LEN, SZ_2M, PROT_NONE);
 	ASSERT_NE(NULL, self->r.p);
@@ -1057,7 +1077,7 @@ FIXTURE_SETUP(shmem_thp)
 	ASSERT_EQ(0, bind_to_node(-1));
 	pmd_kb = smaps_kb(self->r.p, "FilePmdMapped:");
 	if (pmd_kb != SPLIT_LEN >> 10)
-		SKIP(return, "tmpfs gave no PMD-mapped THPs (FilePmdMapped %ld kB)", pmd_kb);
+		SKIP(return, "shmem gave no PMD-mapped THPs (FilePmdMapped %ld kB)", pmd_kb);
 }
 
 FIXTURE_TEARDOWN(shmem_thp)
