@@ -1075,9 +1075,9 @@ FIXTURE_SETUP(shmem_thp)
 	ASSERT_EQ(0, bind_to_node(0));
 	fill(self->r.p, SPLIT_PAGES, SPLIT_SEED);
 	ASSERT_EQ(0, bind_to_node(-1));
-	pmd_kb = smaps_kb(self->r.p, "FilePmdMapped:");
+	pmd_kb = smaps_kb(self->r.p, "ShmemPmdMapped:");
 	if (pmd_kb != SPLIT_LEN >> 10)
-		SKIP(return, "shmem gave no PMD-mapped THPs (FilePmdMapped %ld kB)", pmd_kb);
+		SKIP(return, "shmem gave no PMD-mapped THPs (ShmemPmdMapped %ld kB)", pmd_kb);
 }
 
 FIXTURE_TEARDOWN(shmem_thp)
@@ -1098,8 +1098,8 @@ TEST_F_TIMEOUT(shmem_thp, split_while_migrating, 120)
 	split_loop(r, time(NULL) + SPLIT_SECONDS);
 	__atomic_store_n(&r->stop, true, __ATOMIC_RELAXED);
 	ASSERT_EQ(0, pthread_join(t, NULL));
-	TH_LOG("%lu migrations, %lu PMD splits; FilePmdMapped %ld kB at the end",
-	       r->migrations, r->splits, smaps_kb(r->p, "FilePmdMapped:"));
+	TH_LOG("%lu migrations, %lu PMD splits; ShmemPmdMapped %ld kB at the end",
+	       r->migrations, r->splits, smaps_kb(r->p, "ShmemPmdMapped:"));
 	EXPECT_EQ(0, r->errors);
 	EXPECT_LT(0, r->migrations);
 	EXPECT_EQ(0, count_bad(r->p, SPLIT_PAGES, SPLIT_SEED));
