@@ -59,6 +59,13 @@ static inline int size_option(int c, enum bench_size *sz)
 
 static int bench_child;		/* set in forked children: see above */
 
+/* A bad command line: the program's usage line on stderr, exit 2 */
+static inline void __noreturn usage_exit(const char *usage, const char *prog)
+{
+	fprintf(stderr, usage, prog);
+	exit(2);
+}
+
 /* ---- reporting ---------------------------------------------------- */
 
 static inline void bench_init(void)

@@ -42,12 +42,6 @@ struct opts {
 	int procs;		/* --fault: parallel processes */
 };
 
-static void __noreturn bad_usage(const char *prog)
-{
-	fprintf(stderr, USAGE, prog);
-	exit(2);
-}
-
 static void sizes(struct opts *o, enum bench_size sz)
 {
 	o->size = sz == SIZE_QUICK ? 512 * MiB :
@@ -96,11 +90,11 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->steps = strtoul(optarg, NULL, 0);
 			break;
 		default:
-			bad_usage(argv[0]);
+			usage_exit(USAGE, argv[0]);
 		}
 	}
 	if (o->procs < 1 || o->procs > 64)
-		bad_usage(argv[0]);
+		usage_exit(USAGE, argv[0]);
 	sizes(o, sz);
 }
 

@@ -52,12 +52,6 @@ static struct shared {
 	unsigned long bad;	/* __atomic: pages that lost their pattern */
 } sh;
 
-static void __noreturn bad_usage(const char *prog)
-{
-	fprintf(stderr, USAGE, prog);
-	exit(2);
-}
-
 static void parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
@@ -78,10 +72,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		else if (c == 'F')
 			o->mode = MODE_FAULTS;
 		else
-			bad_usage(argv[0]);
+			usage_exit(USAGE, argv[0]);
 	}
 	if (o->mode == MODE_NONE)
-		bad_usage(argv[0]);
+		usage_exit(USAGE, argv[0]);
 	o->rounds = sz == SIZE_QUICK ? 8 : sz == SIZE_FULL ? 200 : 40;
 	o->secs = sz == SIZE_QUICK ? 3 : sz == SIZE_FULL ? 60 : 15;
 	o->cpus = sysconf(_SC_NPROCESSORS_ONLN);

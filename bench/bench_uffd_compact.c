@@ -81,12 +81,6 @@ static struct {
 
 /* ---- options ----------------------------------------------------------- */
 
-static void __noreturn bad_usage(const char *prog)
-{
-	fprintf(stderr, USAGE, prog);
-	exit(2);
-}
-
 static void parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
@@ -115,7 +109,7 @@ static void parse(int argc, char **argv, struct opts *o)
 			else if (!strcmp(optarg, "copy"))
 				o->mode = MODE_COPY;
 			else
-				bad_usage(argv[0]);
+				usage_exit(USAGE, argv[0]);
 			break;
 		case 's':
 			o->chunk = parse_size(optarg);
@@ -129,16 +123,16 @@ static void parse(int argc, char **argv, struct opts *o)
 		case 'S':
 			size = parse_size(optarg) & ~(PMD_SZ - 1);
 			if (!size)
-				bad_usage(argv[0]);
+				usage_exit(USAGE, argv[0]);
 			break;
 		default:
-			bad_usage(argv[0]);
+			usage_exit(USAGE, argv[0]);
 		}
 	}
 	if (o->chunk != PAGE_SZ && o->chunk != 64 * KiB && o->chunk != PMD_SZ)
-		bad_usage(argv[0]);
+		usage_exit(USAGE, argv[0]);
 	if (o->mutators < 0 || o->mutators > MAX_MUTATORS)
-		bad_usage(argv[0]);
+		usage_exit(USAGE, argv[0]);
 	o->size = sz == SIZE_QUICK ? 4 * MiB :
 		  sz == SIZE_FULL ? 512 * MiB : 16 * MiB;
 	if (size)
