@@ -92,6 +92,19 @@ static long vmstat(const char *name)
 }
 
 /*
+ * Under `ptlab soak` (PTLAB_SOAK set), NUMA balancing stays as the soak set
+ * it: each write of kernel.numa_balancing flips a static key, that is,
+ * patches kernel text, and QEMU TCG then now and then runs a stale
+ * translation of the int3 the patching used ("Oops: int3" in a function
+ * with a jump label).  The tests that run in the soak check data, not
+ * placement.
+ */
+static bool numa_balancing_is_the_soaks(void)
+{
+	return getenv("PTLAB_SOAK");
+}
+
+/*
  * What every migration test needs: two nodes, and NUMA balancing off so that
  * pages stay where move_pages() put them.  false: skipped.
  */
@@ -99,7 +112,7 @@ static bool prepare_migration(struct __test_metadata *_metadata)
 {
 	if (access("/sys/devices/system/node/node1", F_OK))
 		SKIP(return false, "needs two NUMA nodes");
-	if (!access(NUMA_BALANCING, F_OK))
+	if (!access(NUMA_BALANCING, F_OK) && !numa_balancing_is_the_soaks())
 		ASSERT_EQ(0, write_knob(NUMA_BALANCING, "0\n"));
 	return true;
 }
@@ -926,7 +939,8 @@ FIXTURE_SETUP(numab)
 		ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_period_max_ms", "10\n"));
 		ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_size_mb", "256\n"));
 	}
-	ASSERT_EQ(0, write_knob(NUMA_BALANCING, "1\n"));
+	if (!numa_balancing_is_the_soaks())
+		ASSERT_EQ(0, write_knob(NUMA_BALANCING, "1\n"));
 
 	if (variant->memfd) {
 		self->fd = memfd_create("migration_walk_numab", 0);
@@ -943,7 +957,8 @@ FIXTURE_SETUP(numab)
 
 FIXTURE_TEARDOWN(numab)
 {
-	write_knob(NUMA_BALANCING, "0\n");
+	if (!numa_balancing_is_the_soaks())
+		write_knob(NUMA_BALANCING, "0\n");
 	restore_knob_list(numab_knobs, ARRAY_SIZE(numab_knobs));
 	if (self->shared != MAP_FAILED)
 		munmap(self->shared, NUMAB_SHARED * PAGE_SIZE);
