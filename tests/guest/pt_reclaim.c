@@ -8,9 +8,9 @@
  * kept, with what it maps; PMD-mapped THPs are not affected.
  *
  * A PMD table (one GiB) left with 512 none entries once its PTE tables went
- * is freed too: before MADV_DONTNEED returns, or by a workqueue shortly after
- * reclaim dropped MADV_FREE pages, when every VMA of its GiB is private
- * anonymous memory without userfaultfd, of one anon_vma root.  A PMD table
+ * is freed too, by a work item shortly after MADV_DONTNEED or reclaim of
+ * MADV_FREE pages emptied it, when every VMA of its GiB is private anonymous
+ * memory without userfaultfd, of one anon_vma root.  A PMD table
  * still holding a PTE table or a PMD-mapped THP stays.
  *
  * Faults, GUP, migration, mprotect, mremap, MADV_COLLAPSE and userfaultfd
@@ -981,23 +981,42 @@ static int dontneed_around(char *p, unsigned long len, unsigned long off, unsign
 }
 
 #define POLL_MS		5000
+#define SETTLE_MS	400	/* the sweep looks 100 ms after it is asked to */
 
 /*
  * VmPTE once it fell @nr tables below @before, or after POLL_MS: a PMD table
- * emptied by reclaim is freed by a workqueue, a little later.  Without the
- * switch (vanilla) nothing is waited for.
+ * emptied by MADV_DONTNEED or reclaim is freed by a work item, a little
+ * later.  Without the switch (vanilla) nothing is waited for; with it off,
+ * SETTLE_MS, time enough for a sweep that should not free anything to do so.
  */
 static long vmpte_after_fall(long before, long nr)
 {
 	long now = vmpte_kb();
+	char val[8];
 
 	if (!switch_present(RECLAIM_SYSCTL))
 		return now;
+	if (!read_knob(RECLAIM_SYSCTL, val, sizeof(val)) && !strcmp(val, "0")) {
+		usleep(SETTLE_MS * 1000);
+		return vmpte_kb();
+	}
 	for (int ms = 0; ms < POLL_MS && before - now < nr * TABLE_KB; ms += 10) {
 		usleep(10 * 1000);
 		now = vmpte_kb();
 	}
 	return now;
+}
+
+/*
+ * vmpte_after_fall(), then SETTLE_MS more: a table that must stay has had
+ * the time to be freed wrongly by the sweep.
+ */
+static long vmpte_settled(long before, long nr)
+{
+	vmpte_after_fall(before, nr);
+	if (switch_present(RECLAIM_SYSCTL))
+		usleep(SETTLE_MS * 1000);
+	return vmpte_kb();
 }
 
 #define PMD_GIBS	4
@@ -1012,7 +1031,7 @@ TEST_F(reclaim, dontneed_pmd_tables)
 	ASSERT_NE(NULL, self->p);
 	before = vmpte_kb();
 	ASSERT_EQ(0, madvise(self->p, self->len, MADV_DONTNEED));
-	after = vmpte_kb();
+	after = vmpte_settled(before, sparse_tables(PMD_GIBS));
 	expect_tables_freed(_metadata, variant->on, before, after, sparse_tables(PMD_GIBS));
 	TH_LOG("VmPTE %ld kB at start, %ld tagged, %ld after DONTNEED", start, before, after);
 
@@ -1039,7 +1058,7 @@ TEST_F(reclaim, dontneed_pmd_kept_by_page)
 	ASSERT_NE(NULL, self->p);
 	before = vmpte_kb();
 	ASSERT_EQ(0, dontneed_around(self->p, self->len, KEPT_PAGE * PAGE_SIZE, PAGE_SIZE));
-	after = vmpte_kb();
+	after = vmpte_settled(before, freeable);
 	expect_tables_freed(_metadata, variant->on, before, after, freeable);
 	EXPECT_LE((before - after) / TABLE_KB, freeable)
 		TH_LOG("VmPTE %ld -> %ld kB: a table mapping a page was freed", before, after);
@@ -1079,7 +1098,7 @@ TEST_F(reclaim, dontneed_pmd_kept_by_thp)
 
 	before = vmpte_kb();
 	ASSERT_EQ(0, dontneed_around(self->p, self->len, THP_OFF, SZ_2M));
-	after = vmpte_kb();
+	after = vmpte_settled(before, SPARSE_TABLES);
 	expect_tables_freed(_metadata, variant->on, before, after, SPARSE_TABLES);
 	EXPECT_LE((before - after) / TABLE_KB, SPARSE_TABLES)
 		TH_LOG("VmPTE %ld -> %ld kB: the PMD table mapping a THP was freed",
@@ -1262,6 +1281,8 @@ static void stress_zap_whole(struct stress *s, bool alone)
 		stress_error(s, "MADV_DONTNEED of the area");
 	} else if (alone) {
 		s->locked_zaps++;
+		/* the PMD table goes in the sweep, a little after the zap */
+		vmpte_after_fall(vmpte_kb(), 1);
 		s->pmd_freed += refault_tables(s) >= 2;
 	}
 	layout_done(s);
