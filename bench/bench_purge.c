@@ -10,8 +10,9 @@
  * TLB shootdown interrupts per purge (/proc/interrupts, "TLB" line), which
  * grow with every flush the purge broadcasts.
  *
- * --faults: N threads (one per vCPU but one) fault random pages of their
- * part of the first GiB of one large reservation VMA and drop them again; one
+ * --faults: N threads (one per vCPU but one) fault the pages of their part
+ * of the first GiB of one large reservation VMA, in a scattered order, and
+ * drop the part after each whole pass; one
  * thread touches 2 MiB in an otherwise empty GiB of the same VMA and purges
  * it, over and over.  Each purge empties that GiB: with PMD-table reclaim,
  * its PMD table goes each time, and whatever that takes from the faulting
@@ -34,7 +35,8 @@
 
 #define USAGE	"usage: %s [--quick|--full] --tlb|--faults\n"
 #define TLB_PURGE	(64 * MiB)
-#define FAULT_PART	(32 * MiB)	/* each faulting thread's part of GiB 0 */
+#define FAULT_PART	(256 * MiB)	/* each faulting thread's part of GiB 0 */
+#define FAULT_STRIDE	40503		/* odd: visits every page of a part once */
 #define MAX_THREADS	64
 
 enum mode { MODE_NONE, MODE_TLB, MODE_FAULTS };
@@ -76,7 +78,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	}
 	if (o->mode == MODE_NONE)
 		usage_exit(USAGE, argv[0]);
-	o->rounds = sz == SIZE_QUICK ? 8 : sz == SIZE_FULL ? 200 : 40;
+	o->rounds = sz == SIZE_QUICK ? 8 : sz == SIZE_FULL ? 200 : 20;
 	o->secs = sz == SIZE_QUICK ? 3 : sz == SIZE_FULL ? 60 : 15;
 	o->cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	if (o->cpus < 2 || o->cpus > MAX_THREADS / 2)
@@ -197,29 +199,31 @@ struct faulter {
 	unsigned long faults;
 };
 
-/* Fault random pages of this thread's part; drop the part every 512 */
+/*
+ * Write every page of this thread's part once, in a scattered order (a
+ * stride coprime with the page count), each write a fault; after a whole
+ * pass, check a few pages and drop the part, rarely enough that faults, not
+ * this thread's own purges, are what it spends its time on.
+ */
 static void *faulter(void *arg)
 {
 	struct faulter *f = arg;
+	const uint64_t n = FAULT_PART / PAGE_SZ;
 	char *part = sh.area + PAGE_SZ + f->idx * FAULT_PART;
-	uint64_t s = f->idx + 1, gen = 1;
-	unsigned long n = 0;
+	uint64_t gen = 1, k = 0;
 
 	while (!stopped()) {
-		uint64_t idx = xorshift64(&s) % (FAULT_PART / PAGE_SZ);
-		char *page = part + idx * PAGE_SZ;
-		uint64_t v = *(volatile uint64_t *)page;
+		uint64_t idx = k * FAULT_STRIDE % n;
 
-		if (v && v != pattern(gen, idx))
-			__atomic_add_fetch(&sh.bad, 1, __ATOMIC_RELAXED);
-		if (!v) {
-			*(volatile uint64_t *)page = pattern(gen, idx);
-			f->faults++;
-		}
-		if (++n % 512 == 0) {
-			madvise(part, FAULT_PART, MADV_DONTNEED);
-			gen++;
-		}
+		*(volatile uint64_t *)(part + idx * PAGE_SZ) = pattern(gen, idx);
+		f->faults++;
+		if (++k % n)
+			continue;
+		for (idx = 0; idx < n; idx += 4099)
+			if (*(volatile uint64_t *)(part + idx * PAGE_SZ) != pattern(gen, idx))
+				__atomic_add_fetch(&sh.bad, 1, __ATOMIC_RELAXED);
+		madvise(part, FAULT_PART, MADV_DONTNEED);
+		gen++;
 	}
 	return NULL;
 }
