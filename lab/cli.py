@@ -217,8 +217,9 @@ def cmd_soak(args) -> int:
     vmlinux, st_dir, ours = prepare("patched", args.profile, force_tree=False)
     bins = [ours / "pt_reclaim", ours / "migration_walk"]
     secs = args.minutes * 60
-    plan = [guest.PlanItem("soak", "soak", secs + 600, ["soak", str(args.minutes),
-                                                        args.memcg_limit])]
+    plan = [guest.PlanItem("soak", "soak", secs + 600,
+                           ["soak", str(args.minutes), args.memcg_limit,
+                            *soak.stress_args(args.minutes)])]
     step(f"boot patched ({args.profile}) and soak for {args.minutes} min; logs in {run_dir}")
     out = guest.boot(vmlinux, plan, bins, run_dir, timeout=secs + 900)
     res = soak.parse(out.runs[0].output if out.runs else [])

@@ -16,6 +16,22 @@ from pathlib import Path
 
 from . import guest, splat
 
+# stress-ng's page-table stressors, one instance each.  Debian 12 has stress-ng
+# 0.15.06: its mmapcow, vma and ksm stressors (and the --ksm option) came
+# later; mmapfixed, mmapmany and mmapaddr churn VMAs instead, and KSM is
+# covered by migration_walk's ksm test in a loop.
+STRESSORS = ("fork", "forkheavy", "mmapfork", "mmapfixed", "mmapmany", "mmapaddr", "madvise",
+             "mmap", "mremap", "pagemove", "mprotect", "numa", "tlb-shootdown", "userfaultfd",
+             "vm", "mmaphuge")
+
+
+def stress_args(minutes: int) -> list[str]:
+    """stress-ng's command line in the guest (lab/guest/soak runs it)."""
+    args = [a for s in STRESSORS for a in (f"--{s}", "1")]
+    return args + ["--vm-bytes", "512M", "--mmap-bytes", "256M",
+                   "--timeout", f"{minutes}m", "--metrics-brief"]
+
+
 # stress-ng --metrics-brief: "stress-ng: info:  [123] fork   1234   60.00 ..."
 _METRIC = re.compile(r"stress-ng: (?:info|metrc): +\[\d+\] +([a-z][\w-]*) +(\d+) +[\d.]+ ")
 # a stressor's failure: "stress-ng: fail:  [123] vm: detected memory error ..."

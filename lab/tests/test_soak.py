@@ -1,6 +1,10 @@
 """ptlab soak: the guest's report is parsed and judged (synthetic logs in the
 format of lab/guest/soak and stress-ng 0.15.06 --metrics-brief)."""
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from lab import soak
 from lab.guest import Outcome
@@ -71,3 +75,12 @@ def test_unfinished_guest_or_splat_fails(tmp_path):
     text, ok = soak.report(res, _outcome(tmp_path, finished=False), 30)
     assert not ok
     assert "stress-ng did not report" in text and "did not finish" in text
+
+
+@pytest.mark.skipif(not shutil.which("stress-ng"), reason="no stress-ng on this host")
+def test_stress_ng_takes_our_arguments():
+    """The guest runs the host's stress-ng: --dry-run parses the command line
+    (an option it lacks, like --ksm in 0.15.06, fails it) and runs nothing."""
+    proc = subprocess.run(["stress-ng", "--dry-run", *soak.stress_args(1)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
