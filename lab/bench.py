@@ -203,7 +203,7 @@ def write_report(outdir: Path, data: dict) -> None:
 
 
 def plot(outdir: Path) -> None:
-    py = deps.venv_python()
+    py = deps.python()
     proc = subprocess.run([str(py), str(REPO / "lab" / "plot.py"), str(outdir)],
                           capture_output=True, text=True)
     if proc.returncode != 0:

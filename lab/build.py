@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -84,7 +83,9 @@ def _make_with_progress(cmd: list[str], log: Path, label: str, expect_key: str) 
 def build_kernel(src: Path, kernel_dir: Path, profile: str) -> Path:
     """Configure and build vmlinux for `profile`; returns its path."""
     build = build_dir(kernel_dir, profile)
-    kconfig.configure(src, build, profile)
+    # the patched tree must keep every option of our series; vanilla and the
+    # older commits a benchmark may name need not have them
+    kconfig.configure(src, build, profile, strict=kernel_dir.name == "patched")
     step(f"build {kernel_dir.name} kernel ({profile}), -j{jobs()} with ccache")
     cmd = ["make", "-C", str(src), f"O={build}", f"-j{jobs()}", "CC=ccache gcc", "vmlinux"]
     _make_with_progress(cmd, build / "ptlab-build.log", f"{kernel_dir.name}/{profile}",

@@ -73,8 +73,8 @@ def _run_dir(kind: str) -> Path:
 
 
 def run_unit_tests(run_dir) -> Counter:
-    """The lab's own unit tests (pytest, in the lab's venv)."""
-    py = deps.venv_python()
+    """The lab's own unit tests (Debian's pytest)."""
+    py = deps.python()
     step("lab unit tests (pytest lab/tests)")
     xml = run_dir / "pytest.xml"
     proc = subprocess.run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -114,7 +114,8 @@ def _binaries(tests, st_dir, ours):
 
 
 def _one_liner(r: guest.TestRun) -> None:
-    c = Counter(x.status for x in results.parse_output(r.output).cases)
+    fmt = next((t.fmt for t in suites.ALL if (t.suite, t.test) == (r.suite, r.test)), "ktap")
+    c = Counter(x.status for x in results.parse_output(r.output, fmt).cases)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(c.items())) or "no TAP"
     print(f"        {r.suite}/{r.test}: {summary}; exit {r.rc}, {r.secs:.0f} s", flush=True)
 
@@ -128,39 +129,37 @@ def cmd_test(args) -> int:
     if args.record_baseline and base != args.profile:
         raise LabError(f"the {args.profile} profile is judged by the {base} baseline",
                        hint=f"ptlab test --vanilla --record-baseline --profile {base}")
+    tests = suites.select(args.only)        # a typo stops here, before anything changes
+    if args.timeout < 1:
+        raise LabError("--timeout must be at least 1 second")
     deps.ensure_apt()
     run_dir = _run_dir(f"test-{kernel}")
     extra = Counter()
     if not args.no_unit and not args.only:
         extra = run_unit_tests(run_dir)
-    tests = suites.select(args.only)
     vmlinux, st_dir, ours = prepare(kernel, args.profile, force_tree=bool(os.environ.get("CI")))
     bins = _binaries(tests, st_dir, ours)
-    step(f"boot {kernel} ({args.profile}) and run {len(tests)} test programs; "
-         f"logs in {run_dir}")
-    out = guest.boot(vmlinux, [t.plan() for t in tests], bins, run_dir,
-                     timeout=args.timeout, on_test=_one_liner)
-    info(f"guest: {out.boot}; {out.wall:.0f} s")
+    # before the boot: an interrupted run can be judged with `ptlab parse`
     meta = {"kernel": kernel, "version": tree.kernel_version(tree.src_dir(kernel)),
             "profile": args.profile, "accel": guest.probe_accel(vmlinux),
             "tests": [f"{t.suite}/{t.test}" for t in tests]}
     (run_dir / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
+    step(f"boot {kernel} ({args.profile}) and run {len(tests)} test programs; "
+         f"logs in {run_dir}")
+    out = guest.boot(vmlinux, [t.plan() for t in tests], bins, run_dir,
+                     timeout=args.timeout, on_test=_one_liner,
+                     features=kconfig.feature_sysctls() if kernel == "patched" else [])
+    info(f"guest: {out.boot}; {out.wall:.0f} s")
     return report(run_dir, out, tests, meta, extra, args.record_baseline)
 
 
 def report(run_dir: Path, out: guest.Outcome, tests: list, meta: dict, extra: Counter,
            record: bool) -> int:
-    """Verdicts against the baseline, the tables, the closing line."""
-    by_key = {(r.suite, r.test): r for r in out.runs}
-    cases = [c for t in tests for c in results.cases_of(t, by_key.get((t.suite, t.test)))]
-    base = results.load_baseline(meta["profile"])
-    if base is None and meta["kernel"] != "vanilla":
+    """Print what results.judge_run() decided: the tables, the closing line."""
+    cases = results.judge_run(out, tests, meta["profile"], meta["kernel"])
+    if results.load_baseline(meta["profile"]) is None and meta["kernel"] != "vanilla":
         warn(f"no vanilla baseline {results.baseline_path(meta['profile'])}: "
              "every failure counts")
-    results.judge(cases, (base or {}).get("tests"))
-    for s in out.splats:
-        cases.append(results.Case("console", "splat", s.title, "error", verdict="fail",
-                                  note=f"{s.kind} at console.log:{s.line}"))
     secs = Counter()
     for r in out.runs:
         secs[r.suite] += r.secs
@@ -175,26 +174,28 @@ def report(run_dir: Path, out: guest.Outcome, tests: list, meta: dict, extra: Co
     if bad:
         print("\n" + bad)
     if out.splats:
-        print(f"\nthe console shows {len(out.splats)} splat(s) ({out.console}):")
+        print(f"\nthe kernel log shows {len(out.splats)} splat(s) ({out.log}):")
         print(splat.format_report(out.splats))
-    if not out.finished:
-        print(f"\nthe guest did not finish the plan; console: {out.console}")
+    if out.dropped:
+        print(f"\nthe console dropped {out.dropped} message(s); "
+              + ("the guest's dmesg, scanned instead, has them" if out.log != out.console
+                 else "the guest died before its dmesg was saved: a splat may be missing"))
     if record:
         if meta["kernel"] != "vanilla" or not out.ok:
             raise LabError("a baseline is recorded only from a complete vanilla run "
                            "without splats")
         bmeta = {"kernel": f"vanilla {meta['version']}", "profile": meta["profile"],
                  "accel": meta["accel"]}
-        print(f"\nbaseline written: {results.record_baseline(meta['profile'], cases, bmeta)}")
+        own = [c for c in cases if c.suite not in ("console", "guest")]
+        print(f"\nbaseline written: {results.record_baseline(meta['profile'], own, bmeta)}")
     print(f"\nlogs: {run_dir}")
     print(results.closing_line(cases, extra))
-    failed = any(c.verdict == "fail" for c in cases) or extra["fail"] or not out.ok
-    return 1 if failed else 0
+    return 1 if results.failed(cases, extra) else 0
 
 
 def cmd_parse(args) -> int:
     """Judge a finished run again (e.g. after a parser fix), without booting."""
-    run_dir = Path(args.run_dir).resolve()
+    run_dir = Path(args.run_dir or cache_dir() / "runs" / "latest").resolve()
     if not (run_dir / "run.json").exists():
         raise LabError(f"{run_dir} is not a `ptlab test` run directory (no run.json)")
     meta = json.loads((run_dir / "run.json").read_text())
@@ -221,7 +222,8 @@ def cmd_soak(args) -> int:
                            ["soak", str(args.minutes), args.memcg_limit,
                             *soak.stress_args(args.minutes)])]
     step(f"boot patched ({args.profile}) and soak for {args.minutes} min; logs in {run_dir}")
-    out = guest.boot(vmlinux, plan, bins, run_dir, timeout=secs + 900)
+    out = guest.boot(vmlinux, plan, bins, run_dir, timeout=secs + 900,
+                     features=kconfig.feature_sysctls())
     res = soak.parse(out.runs[0].output if out.runs else [])
     text, ok = soak.report(res, out, args.minutes)
     (run_dir / "soak.txt").write_text(text + "\n")
@@ -236,51 +238,43 @@ def cmd_bench(args) -> int:
     return bench.run_bench(args.a, args.b, args.only, args.reps, sizes, outdir)
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="ptlab", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
+DESCRIPTION = """\
+ptlab builds Linux 6.12 with our page-table series (patches/) and without it,
+boots each under QEMU and runs the kernel's own mm selftests and ours, or
+benchmarks the two kernels against each other.
 
-    s = sub.add_parser("tree", help="create the kernel work tree or re-apply patches/")
-    s.add_argument("--force", action="store_true",
-                   help="re-apply patches/ even over unexported work (saved on a branch)")
-    s.set_defaults(fn=cmd_tree)
-    s = sub.add_parser("export", help="write the work tree's commits to patches/")
-    s.set_defaults(fn=cmd_export)
-    s = sub.add_parser("status", help="fail if the work tree holds work not in patches/")
-    s.set_defaults(fn=cmd_status)
-    s = sub.add_parser("build", help="configure and build kernels")
-    s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES))
-    s.add_argument("kernel", nargs="*", default=["patched"], choices=tree.KERNELS)
-    s.set_defaults(fn=cmd_build)
+  ./ptlab test     the tests of the patched kernel, judged against vanilla's
+                   recorded results (baseline/): the README's test command
+  ./ptlab bench    vanilla vs patched, interleaved boots, median [min-max]
 
-    s = sub.add_parser("test", help="build, boot and run the tests (the README's command)")
+Everything it needs is installed on first use (Debian packages); kernels,
+builds and run logs live in ~/.cache/ptlab (PTLAB_CACHE moves it)."""
+
+PROFILE_HELP = ("kernel configuration: debug (lockdep, DEBUG_VM; the default), "
+                "perf (what benchmarks run), kasan (debug + KASAN)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ptlab", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("test", help="build, boot and run the tests (the README's command)",
+                       description="Build the kernel, boot it under QEMU, run every test "
+                                   "program and judge each case against vanilla's results "
+                                   "in baseline/. Exit 0 only if nothing failed.")
     s.add_argument("only", nargs="*", metavar="SUITE|TEST",
                    help="run only these suites or tests (default: all); "
                         "suites: " + ", ".join(suites.suites()))
     s.add_argument("--vanilla", action="store_true", help="test the vanilla kernel")
-    s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES))
+    s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES),
+                   help=PROFILE_HELP)
     s.add_argument("--record-baseline", action="store_true",
                    help="with --vanilla: write the results to baseline/")
     s.add_argument("--no-unit", action="store_true", help="skip the lab's pytest unit tests")
-    s.add_argument("--timeout", type=int, default=3600, help="whole guest run, seconds")
+    s.add_argument("--timeout", type=int, default=3600,
+                   help="seconds for the whole guest run (default 3600)")
     s.set_defaults(fn=cmd_test)
-    s = sub.add_parser("parse", help="judge a finished test run again, without booting")
-    s.add_argument("run_dir", nargs="?", default=str(cache_dir() / "runs" / "latest"))
-    s.add_argument("--record-baseline", action="store_true",
-                   help="if it was a complete vanilla run: write it to baseline/")
-    s.set_defaults(fn=cmd_parse)
-    s = sub.add_parser("shell", help="boot the test kernel with a shell on this terminal")
-    s.add_argument("--vanilla", action="store_true")
-    s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES))
-    s.set_defaults(fn=cmd_shell)
-    s = sub.add_parser("soak", help="stress-ng and our race tests for N minutes on the "
-                                    "patched debug kernel, every feature on")
-    s.add_argument("--minutes", type=int, default=30, help="how long (default 30)")
-    s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES),
-                   help="debug (default) or kasan")
-    s.add_argument("--memcg-limit", default="1G", metavar="SIZE",
-                   help="memory.max of stress-ng's cgroup, below its load (default 1G)")
-    s.set_defaults(fn=cmd_soak)
     s = sub.add_parser("bench", help="benchmarks, vanilla vs patched (the README's command)")
     s.add_argument("only", nargs="*", metavar="BENCH",
                    help="benchmarks or variants to run (default: all): "
@@ -295,8 +289,44 @@ def main(argv: list[str]) -> int:
     s.add_argument("--out", metavar="DIR", help="report directory (default: a new one "
                                                 "under the cache's runs/)")
     s.set_defaults(fn=cmd_bench)
+    s = sub.add_parser("parse", help="judge a finished test run again, without booting")
+    s.add_argument("run_dir", nargs="?", metavar="RUN_DIR",
+                   help="a run directory (default: the cache's runs/latest)")
+    s.add_argument("--record-baseline", action="store_true",
+                   help="if it was a complete vanilla run: write it to baseline/")
+    s.set_defaults(fn=cmd_parse)
+    s = sub.add_parser("soak", help="stress-ng and our race tests for N minutes on the "
+                                    "patched kernel, every feature on")
+    s.add_argument("--minutes", type=int, default=30, help="how long (default 30)")
+    s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES),
+                   help=PROFILE_HELP)
+    s.add_argument("--memcg-limit", default="1G", metavar="SIZE",
+                   help="memory.high of stress-ng's cgroup, below its load (default 1G)")
+    s.set_defaults(fn=cmd_soak)
+    s = sub.add_parser("shell", help="boot the test kernel with a shell on this terminal")
+    s.add_argument("--vanilla", action="store_true", help="boot the vanilla kernel")
+    s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES),
+                   help=PROFILE_HELP)
+    s.set_defaults(fn=cmd_shell)
+    s = sub.add_parser("build", help="configure and build kernels")
+    s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES),
+                   help=PROFILE_HELP)
+    s.add_argument("kernel", nargs="*", default=["patched"], choices=tree.KERNELS,
+                   help="which kernels (default: patched)")
+    s.set_defaults(fn=cmd_build)
+    s = sub.add_parser("tree", help="create the kernel work tree or re-apply patches/")
+    s.add_argument("--force", action="store_true",
+                   help="re-apply patches/ even over unexported work (saved on a branch)")
+    s.set_defaults(fn=cmd_tree)
+    s = sub.add_parser("export", help="write the work tree's commits to patches/")
+    s.set_defaults(fn=cmd_export)
+    s = sub.add_parser("status", help="fail if the work tree holds work not in patches/")
+    s.set_defaults(fn=cmd_status)
+    return p
 
-    args = p.parse_args(argv)
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
     except LabError as e:

@@ -50,7 +50,11 @@ def cache_dir() -> Path:
     """Where kernel trees, build directories, ccache and runs live."""
     env = os.environ.get("PTLAB_CACHE")
     path = Path(env) if env else Path.home() / ".cache" / "ptlab"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LabError(f"cannot use {path} as the lab's cache directory: {e.strerror}",
+                       hint="set PTLAB_CACHE to a directory (it is created if missing)")
     return path.resolve()
 
 

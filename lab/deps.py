@@ -1,27 +1,24 @@
-"""Install what the lab needs on a Debian 12 host: apt packages, and a venv
-for the few Python packages (pytest, matplotlib) the lab itself does not
-import. Idempotent: a second call costs one dpkg-query."""
+"""Install what the lab needs on a Debian 12 host, all of it Debian packages
+(pytest and matplotlib too: python3-pytest, python3-matplotlib, run with
+Debian's python3). Idempotent: a second call costs one dpkg-query."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-from .common import SetupError, cache_dir, info, run, step
+from .common import SetupError, run, step
 
 KERNEL_SOURCE_PKG = "linux-source-6.12"
 KERNEL_SOURCE_VERSION = "6.12.117-1~deb12u1"   # the series is made for this one
 
 APT_BUILD = ["build-essential", "flex", "bison", "bc", "libelf-dev", "libssl-dev",
-             "dwarves", "cpio", "ccache", "xz-utils", "rsync", "kmod", "git",
-             "python3-venv"]
+             "dwarves", "cpio", "ccache", "xz-utils", "rsync", "kmod", "git"]
 APT_SELFTESTS = ["libnuma-dev", "libcap-dev", "liburing-dev"]
 APT_GUEST = ["qemu-system-x86", "busybox-static", "bash-static", "stress-ng", "numactl"]
-APT_ALL = APT_BUILD + APT_SELFTESTS + APT_GUEST
-
-PIP_PACKAGES = ["pytest", "matplotlib"]
+APT_PYTHON = ["python3-pytest", "python3-matplotlib"]
+APT_ALL = APT_BUILD + APT_SELFTESTS + APT_GUEST + APT_PYTHON
+SYSTEM_PYTHON = Path("/usr/bin/python3")
 
 
 def _missing_apt(pkgs: list[str]) -> list[str]:
@@ -61,21 +58,7 @@ def _version_available() -> bool:
     return KERNEL_SOURCE_VERSION in out
 
 
-def venv_python() -> Path:
-    """A venv in the cache with PIP_PACKAGES; returns its python."""
-    venv = cache_dir() / "venv"
-    py = venv / "bin" / "python"
-    stamp = venv / ".ptlab-packages"
-    if py.exists() and stamp.exists() and stamp.read_text().split() == PIP_PACKAGES:
-        return py
-    step(f"python venv with {' '.join(PIP_PACKAGES)} in {venv}")
-    base = shutil.which("python3") or sys.executable
-    proc = subprocess.run([base, "-m", "venv", str(venv)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SetupError("cannot create a python venv",
-                         hint="apt-get install python3-venv", details=proc.stderr)
-    run([str(py), "-m", "pip", "install", "-q", *PIP_PACKAGES], err=SetupError,
-        what="pip install")
-    stamp.write_text(" ".join(PIP_PACKAGES))
-    info(f"installed {' '.join(PIP_PACKAGES)}")
-    return py
+def python() -> Path:
+    """Debian's python3, which has APT_PYTHON's packages (pytest for the lab's
+    unit tests, matplotlib for the bench plots) whatever python runs ptlab."""
+    return SYSTEM_PYTHON

@@ -19,11 +19,11 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import splat
-from .common import GuestError, Progress, cache_dir, info, run, step, warn
+from .common import GuestError, Progress, cache_dir, info, step, warn
 from .qemu_config import DEFAULT, Machine
 
 INIT = Path(__file__).resolve().parent / "guest" / "init"
@@ -49,6 +49,7 @@ class TestRun:
     output: list[str] = field(default_factory=list)
     rc: int | None = None
     secs: float = 0.0
+    timed_out: bool = False     # killed by the guest's per-test time limit
 
 
 @dataclass
@@ -60,6 +61,9 @@ class Outcome:
     results: Path
     boot: str
     wall: float
+    log: Path | None = None     # what was scanned for splats: dmesg.txt or the console
+    dropped: int = 0            # "** N printk messages dropped **" on the console
+    setup: list[str] = field(default_factory=list)   # PTLAB-SETUP: what the guest lacked
 
     @property
     def ok(self) -> bool:
@@ -127,40 +131,73 @@ def probe_accel(vmlinux: Path) -> str:
 
 
 def _parse_results(text: str) -> tuple[list[TestRun], bool, str]:
+    runs, done, boot, _ = _parse_channel(text)
+    return runs, done, boot
+
+
+def _setup_errors(text: str) -> list[str]:
+    return [l.rstrip("\r")[len("PTLAB-SETUP "):] for l in text.splitlines()
+            if l.startswith("PTLAB-SETUP ")]
+
+
+def _parse_channel(text: str) -> tuple[list[TestRun], bool, str, list[str] | None]:
+    """The results channel: (runs, PTLAB-DONE seen, boot line, the guest's
+    dmesg if it was written to the end, else None)."""
     runs: list[TestRun] = []
     cur = None
     done = False
     boot = ""
+    dmesg: list[str] | None = None
+    in_dmesg = False
     for line in text.splitlines():
         line = line.rstrip("\r")
-        if line.startswith("PTLAB-BOOT "):
+        if in_dmesg:
+            if line == "PTLAB-DMESG-END":
+                in_dmesg = False
+            else:
+                dmesg.append(line)
+            continue
+        if line == "PTLAB-DMESG":
+            in_dmesg, dmesg = True, []
+        elif line.startswith("PTLAB-BOOT "):
             boot = line[len("PTLAB-BOOT "):]
         elif line.startswith("PTLAB-BEGIN "):
             _, suite, test = line.split(maxsplit=2)
             cur = TestRun(suite, test)
             runs.append(cur)
         elif line.startswith("PTLAB-END ") and cur:
-            m = re.search(r"rc=(\d+) secs=([\d.]+)", line)
+            m = re.search(r"rc=(\d+) secs=([\d.]+)(?: timeout=(\d))?", line)
             if m:
                 cur.rc, cur.secs = int(m.group(1)), float(m.group(2))
+                cur.timed_out = m.group(3) == "1"
+            if cur.output and cur.output[-1] == "":
+                cur.output.pop()        # the newline written before PTLAB-END
             cur = None
         elif line.startswith("PTLAB-DONE"):
             done = True
         elif cur:
             cur.output.append(line)
-    return runs, done, boot
+    if in_dmesg:
+        dmesg = None                    # cut off: the guest died while writing it
+    return runs, done, boot, dmesg
 
 
 def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
          accel: str | None = None, timeout: int = 3600, machine: Machine = DEFAULT,
-         quiet: bool = False, on_test=None) -> Outcome:
-    """Boot, run the plan, power off. `on_test(run)` is called as each test ends."""
+         quiet: bool = False, on_test=None, features: list[str] = ()) -> Outcome:
+    """Boot, run the plan, power off. `on_test(run)` is called as each test ends.
+    `features`: sysctls the kernel must have (ptlab.features=): the guest
+    fails the run without one, and tells the tests (PTLAB_FEATURES) that
+    their absence is not a vanilla kernel."""
     workdir.mkdir(parents=True, exist_ok=True)
     cpio = make_initramfs(workdir, plan, bins)
     accel = accel or probe_accel(vmlinux)
     console, results = workdir / "console.log", workdir / "results.txt"
     for f in (console, results):
         f.write_text("")
+    if features:
+        machine = replace(machine, cmdline=(*machine.cmdline,
+                                            "ptlab.features=" + ",".join(features)))
     args = machine.qemu_args(accel, str(vmlinux), str(cpio),
                              ["-serial", f"file:{console}"], f"file:{results}")
     (workdir / "qemu-cmdline").write_text(" ".join(args) + "\n")
@@ -205,9 +242,20 @@ def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
 def collect(workdir: Path, wall: float = 0.0) -> Outcome:
     """Read a run's results channel and console (also for a finished run)."""
     console, results = workdir / "console.log", workdir / "results.txt"
-    runs, done, boot_line = _parse_results(results.read_text(errors="replace"))
-    splats = splat.scan(console.read_text(errors="replace"))
-    return Outcome(runs, done, splats, console, results, boot_line, wall)
+    if not results.exists():
+        raise GuestError(f"{workdir} has no results.txt: the guest never started, "
+                         "or this is not a run directory")
+    channel = results.read_text(errors="replace")
+    runs, done, boot_line, dmesg = _parse_channel(channel)
+    text = console.read_text(errors="replace") if console.exists() else ""
+    log = console
+    if dmesg is not None:
+        # the ring buffer holds every level and what the console dropped
+        log = workdir / "dmesg.txt"
+        log.write_text("\n".join(dmesg) + "\n")
+    splats = splat.scan(log.read_text(errors="replace") if dmesg is not None else text)
+    return Outcome(runs, done, splats, console, results, boot_line, wall, log,
+                   splat.dropped(text), _setup_errors(channel))
 
 
 def shell(vmlinux: Path, bins: list[Path], workdir: Path, machine: Machine = DEFAULT) -> int:

@@ -47,8 +47,18 @@ def _declared_symbols(src: Path) -> set[str]:
     return syms
 
 
-def check(src: Path, dotconfig: Path, frags: list[Path]) -> None:
-    """Raise ConfigError naming every requested option that Kconfig dropped."""
+def feature_sysctls() -> list[str]:
+    """The run-time switches of our features ("vm.pte_table_reclaim"), from
+    the "# sysctl: <name>" lines of config/features.config."""
+    feat = CONFIG_DIR / "features.config"
+    text = feat.read_text() if feat.exists() else ""
+    return re.findall(r"^# sysctl: (\S+)\s*$", text, re.M)
+
+
+def check(src: Path, dotconfig: Path, frags: list[Path], strict: bool = True) -> None:
+    """Raise ConfigError naming every requested option that Kconfig dropped.
+    Not `strict` (a tree without our series): features.config's options
+    that its Kconfig does not declare are left out."""
     got = parse(dotconfig.read_text())
     declared = None
     bad = []
@@ -57,7 +67,7 @@ def check(src: Path, dotconfig: Path, frags: list[Path]) -> None:
             have = got.get(sym, "n")
             if have == want:
                 continue
-            if frag.name == "features.config":
+            if frag.name == "features.config" and not strict:
                 declared = declared if declared is not None else _declared_symbols(src)
                 if sym[7:] not in declared:
                     continue    # a feature this kernel does not have
@@ -75,8 +85,10 @@ def _stamp(src: Path, profile: str) -> str:
     return sha256_files(fragments(profile) + base + kconfigs, extra=profile)
 
 
-def configure(src: Path, build: Path, profile: str) -> Path:
-    """Write build/.config for `profile`; a no-op when nothing changed."""
+def configure(src: Path, build: Path, profile: str, strict: bool = True) -> Path:
+    """Write build/.config for `profile`; a no-op when nothing changed.
+    `strict`: every option of config/features.config must survive (the
+    patched kernel); else those the tree does not declare are skipped."""
     build.mkdir(parents=True, exist_ok=True)
     dotconfig = build / ".config"
     stamp_file = build / ".ptlab-config.sha256"
@@ -91,7 +103,7 @@ def configure(src: Path, build: Path, profile: str) -> Path:
     run([str(src / "scripts/kconfig/merge_config.sh"), "-m", "-O", str(build), str(dotconfig),
          *map(str, frags)], cwd=src, err=ConfigError, what="merge_config.sh")
     run(make + ["olddefconfig"], err=ConfigError, what="make olddefconfig")
-    check(src, dotconfig, fragments(profile))
+    check(src, dotconfig, fragments(profile), strict)
     stamp_file.write_text(stamp)
     info(f"{dotconfig}: every requested option is set")
     return dotconfig

@@ -16,13 +16,21 @@ Formats follow tools/testing/selftests/kselftest.h and kselftest_harness.h:
 
 Only the top level is parsed; nested output ("# ok 1 ...", indented KTAP
 subtests) is treated as diagnostics.  The prefix in front of the first
-"TAP version"/"KTAP version" line is stripped from all following lines.
+"TAP version"/"KTAP version" line is stripped from the following lines that
+carry it; a line without it is read as it is (a stray "xyz " in front of the
+header must not turn "not ok" lines into "ok" ones).
+
+What the stream says about itself must hold: a numbering gap, a duplicate
+plan or "# Totals:" that disagree with the result lines make an error case
+("<inconsistent TAP: ...>"), as do planned cases that never came.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 from typing import Iterable
+
+from .splat import TIMESTAMP
 
 STATUSES = ("pass", "fail", "skip", "xfail", "xpass", "error")
 
@@ -45,7 +53,6 @@ class Result:
     problems: list[str] = field(default_factory=list)
 
 
-_TIMESTAMP = re.compile(r'^(?:<\d>)?\[\s*\d+\.\d+\](?:\[\s*[CT]\d+\])? ?')
 _ANSI = re.compile(r'\x1b\[[0-9;?]*[A-Za-z]')
 _HEADER = re.compile(r'K?TAP version \d+\s*$')
 _PLAN = re.compile(r'^1\.\.(\d+)\s*(?:#\s*(.*))?$')
@@ -61,7 +68,7 @@ def _clean(lines: Iterable[str]) -> Iterable[str]:
     """Split on \\r, drop escape sequences and kernel timestamps."""
     for raw in lines:
         for part in raw.rstrip('\r\n').split('\r'):
-            yield _TIMESTAMP.sub('', _ANSI.sub('', part)).rstrip()
+            yield TIMESTAMP.sub('', _ANSI.sub('', part)).rstrip()
 
 
 def _result_case(ok: bool, num: int, desc: str) -> Case:
@@ -103,7 +110,8 @@ def parse(lines: Iterable[str]) -> Result:
             if not any(r.match(line) for r in (_PLAN, _RESULT, _BAIL)):
                 continue  # garbage before the TAP stream
             prefix = ''
-        line = line[len(prefix):]
+        if prefix and line.startswith(prefix):
+            line = line[len(prefix):]
         if _HEADER.match(line):
             continue
         if m := _RESULT.match(line):
@@ -160,6 +168,9 @@ def _check(res: Result, real: list[Case], seen_tap: bool,
             n = sum(c.status == st for c in real)
             if st in counts and int(counts[st]) != n:
                 res.problems.append(f'totals say {st}:{counts[st]}, saw {n}')
+    odd = [p for p in res.problems if not p.startswith(('planned ', 'bail out'))]
+    if odd:
+        res.cases.append(Case(f'<inconsistent TAP: {odd[0]}>', 'error', '; '.join(odd)))
 
 
 def unique_names(cases: Iterable[Case]) -> list[tuple[str, Case]]:
@@ -186,26 +197,31 @@ _COLOR_STEP = re.compile(r'^(.*?)\s*\x1b\[3([123])m(.*?)\x1b\[0m\s*$')
 _RUN_TEST = re.compile(r'^Run test: (.*)$')
 
 
-def parse_plain(lines: Iterable[str]) -> Result:
-    """The per-case formats of binaries that print no TAP per case:
-    uffd-unit-tests' "Testing <name>... done|skipped [reason: r]|failed
-    [reason: r]" (the verdict may come lines after the name), and
-    khugepaged's "Run test: <name>" blocks of "<step>... <colored verdict>"
+def parse_steps(lines: Iterable[str]) -> Result:
+    """khugepaged's "Run test: <name>" blocks of "<step>... <colored verdict>"
     (green passed, red failed, yellow skipped)."""
     if isinstance(lines, str):
         lines = lines.splitlines()
     res = Result()
-    if any(_COLOR_STEP.match(l.rstrip('\r\n')) for l in lines):
-        block = ''
-        for raw in lines:
-            raw = raw.rstrip('\r\n')
-            if m := _RUN_TEST.match(raw):
-                block = m.group(1).strip() + ': '
-            elif m := _COLOR_STEP.match(raw):
-                status = {'1': 'fail', '2': 'pass', '3': 'skip'}[m.group(2)]
-                res.cases.append(Case(block + m.group(1).rstrip('.').strip(), status,
-                                      m.group(3) if status != 'pass' else ''))
-        return res
+    block = ''
+    for raw in lines:
+        raw = raw.rstrip('\r\n')
+        if m := _RUN_TEST.match(raw):
+            block = m.group(1).strip() + ': '
+        elif m := _COLOR_STEP.match(raw):
+            status = {'1': 'fail', '2': 'pass', '3': 'skip'}[m.group(2)]
+            res.cases.append(Case(block + m.group(1).rstrip('.').strip(), status,
+                                  m.group(3) if status != 'pass' else ''))
+    return res
+
+
+def parse_uffd(lines: Iterable[str]) -> Result:
+    """uffd-unit-tests' "Testing <name>... done|skipped [reason: r]|failed
+    [reason: r]" (the verdict may come lines after the name); a name without
+    a verdict is an error (the binary stopped there)."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    res = Result()
     name = None
     for line in _clean(lines):
         m = _UFFD_TEST.match(line)
@@ -223,3 +239,8 @@ def parse_plain(lines: Iterable[str]) -> Result:
     if name is not None:
         res.cases.append(Case(name, 'error', 'no verdict: the binary stopped here'))
     return res
+
+
+# the formats lab/suites.py names for each program
+FORMATS = {'ktap': parse, 'uffd': parse_uffd, 'steps': parse_steps,
+           'exit': lambda lines: Result()}

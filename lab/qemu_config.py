@@ -12,7 +12,10 @@ class Machine:
     zram_swap_mib: int = 1024     # without swap, cow skips its MADV_PAGEOUT cases
     hugepages_2m: int = 128       # reserved at boot for the hugetlb tests
     cmdline: tuple[str, ...] = ("console=ttyS0", "panic=-1", "loglevel=5",
-                                "printk.time=1", "nokaslr")
+                                "printk.time=1", "nokaslr",
+                                # the guest's dmesg, dumped after the plan, is
+                                # scanned: big enough for a whole run
+                                "log_buf_len=16M")
     extra: list[str] = field(default_factory=list)
 
     def qemu_args(self, accel: str, kernel: str, initrd: str, console: list[str],

@@ -3,19 +3,20 @@ baseline, and the tables `ptlab test` prints."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import kconfig, ktap
-from .common import BASELINE_DIR
+from .common import BASELINE_DIR, LabError
 from .guest import TestRun
 from .suites import Test
 
 GOOD = ("pass", "xfail")
 BAD = ("fail", "error", "xpass")
-KILLED = 137        # timeout -s KILL
+KILLED = 137        # 128 + SIGKILL
 
 
 @dataclass
@@ -34,10 +35,9 @@ class Case:
         return f"{self.suite}/{self.test}"
 
 
-def parse_output(lines: list[str]) -> ktap.Result:
-    """KTAP if the binary prints it, else the plain "Testing ... done" format."""
-    parsed = ktap.parse(lines)
-    return parsed if parsed.cases else ktap.parse_plain(lines)
+def parse_output(lines: list[str], fmt: str = "ktap") -> ktap.Result:
+    """A program's output in the format lab/suites.py names for it."""
+    return ktap.FORMATS[fmt](lines)
 
 
 def cases_of(t: Test, run: TestRun | None) -> list[Case]:
@@ -46,26 +46,36 @@ def cases_of(t: Test, run: TestRun | None) -> list[Case]:
     mk = lambda name, status, detail="": Case(t.suite, t.test, name, status, detail)  # noqa
     if run is None or run.rc is None:
         return [mk("<run>", "error", "not run to the end: the guest stopped")]
-    parsed = parse_output(run.output)
+    parsed = parse_output(run.output, t.fmt)
     out = [mk(name, c.status, c.detail) for name, c in ktap.unique_names(parsed.cases)]
-    if run.rc == KILLED:
+    # runs from before the guest said timeout=: a SIGKILL at the limit
+    if run.timed_out or (run.rc == KILLED and run.secs >= t.timeout):
         out.append(mk("<run>", "error", f"killed after the {t.timeout} s timeout"))
-    elif not out:
+    elif run.rc == KILLED:
+        out.append(mk("<run>", "error", "killed by SIGKILL before its time limit "
+                                        "(the OOM killer? see the kernel log)"))
+    elif not out and t.fmt == "exit":
         status = {0: "pass", 4: "skip"}.get(run.rc, "fail")
-        out.append(mk("<run>", status, f"exit status {run.rc}, no TAP output"))
+        out.append(mk("<run>", status, f"exit status {run.rc}"))
+    elif not out:
+        out.append(mk("<run>", "error", f"no case in its output ({t.fmt} format), "
+                                        f"exit status {run.rc}"))
     elif run.rc not in (0, 4) and not any(c.status in BAD for c in out):
         out.append(mk("<run>", "error", f"exit status {run.rc} but no case failed"))
     return out
 
 
-def load_flaky() -> dict[tuple[str, str], str]:
+def load_flaky(path: Path | None = None) -> dict[tuple[str, str], str]:
     """baseline/flaky.txt: (suite/test, case) -> what was seen on vanilla."""
     out = {}
-    path = BASELINE_DIR / "flaky.txt"
-    for line in path.read_text().splitlines() if path.exists() else []:
+    path = path or BASELINE_DIR / "flaky.txt"
+    for n, line in enumerate(path.read_text().splitlines() if path.exists() else [], 1):
         if line.strip() and not line.startswith("#"):
-            key, rest = line.split(": ", 1)
+            key, sep, rest = line.partition(": ")
             case, _, why = rest.partition(" -- ")
+            if not sep or "/" not in key or not case.strip():
+                raise LabError(f"{path}:{n}: not '<suite>/<test>: <case> -- <what was seen>'",
+                               details=line)
             out[(key.strip(), case.strip())] = why.strip()
     return out
 
@@ -91,6 +101,67 @@ def judge(cases: list[Case], baseline: dict[str, dict[str, str]] | None,
             c.verdict = "fail"
             c.note = {None: "not in the vanilla baseline" if baseline else "no baseline"}.get(
                 c.vanilla, f"{c.vanilla} on vanilla")
+
+
+def _shape(name: str) -> str:
+    """A case name with its numbers blanked: some names carry a measurement
+    ("transact_test Extra pages 62 (0.1%), ...") that differs run to run."""
+    return re.sub(r"\d+", "#", name)
+
+
+def absent_cases(tests: list[Test], cases: list[Case],
+                 baseline: dict[str, dict[str, str]] | None) -> list[Case]:
+    """What passed on vanilla and this run does not show, whatever the
+    program's plan or exit status said: a case that vanished or became a
+    skip under another name (kselftest.h names a skip after its reason), a
+    shrunken plan, a "1..0 # SKIP" where vanilla ran cases.  By name, and
+    by the number of passes for a program whose names all changed."""
+    out = []
+    for t in tests:
+        key = f"{t.suite}/{t.test}"
+        vanilla = (baseline or {}).get(key)
+        if not vanilla:
+            continue
+        mine = [c for c in cases if c.key == key]
+        names = {_shape(c.name) for c in mine}
+        gone = [n for n, st in vanilla.items() if st in GOOD and _shape(n) not in names]
+        for n in gone:
+            out.append(Case(t.suite, t.test, n, "error", "absent from this run",
+                            vanilla=vanilla[n], verdict="fail", note="passes on vanilla"))
+        want = sum(st in GOOD for st in vanilla.values())
+        have = sum(c.status in GOOD for c in mine)
+        if not gone and have < want:
+            out.append(Case(t.suite, t.test, f"<{want - have} passes fewer than vanilla>",
+                            "error", f"{have} passed, {want} on vanilla", verdict="fail",
+                            note="passes on vanilla"))
+    return out
+
+
+def judge_run(out, tests: list[Test], profile: str, kernel: str) -> list[Case]:
+    """Every verdict of a `ptlab test` run, for `test` and `parse` alike:
+    each case against the vanilla baseline, what vanilla passed and this run
+    lacks, every splat on the console, and a guest that did not finish."""
+    by_key = {(r.suite, r.test): r for r in out.runs}
+    cases = [c for t in tests for c in cases_of(t, by_key.get((t.suite, t.test)))]
+    base = load_baseline(profile)
+    vanilla = (base or {}).get("tests")
+    judge(cases, vanilla)
+    if kernel != "vanilla":
+        cases += absent_cases(tests, cases, vanilla)
+    for sp in out.splats:
+        cases.append(Case("console", "splat", sp.title, "error", verdict="fail",
+                          note=f"{sp.kind} at console.log:{sp.line}"))
+    for what in out.setup:
+        cases.append(Case("guest", "setup", what, "error", verdict="fail",
+                          note="the guest lacks it"))
+    if not out.finished:
+        cases.append(Case("guest", "plan", "<the guest did not finish the plan>", "error",
+                          verdict="fail", note=f"console: {out.console}"))
+    return cases
+
+
+def failed(cases: list[Case], extra: Counter | None = None) -> bool:
+    return any(c.verdict == "fail" for c in cases) or bool((extra or Counter())["fail"])
 
 
 # --- the baseline -------------------------------------------------------

@@ -1,5 +1,5 @@
 """`ptlab soak`: the patched debug (or KASAN) kernel, every feature of the
-series on, running stress-ng's page-table stressors under a memcg limit
+series on, running stress-ng's page-table stressors under a memcg memory.high
 smaller than their load, in parallel with our race tests in loops, for N
 minutes (lab/guest/soak does the guest side).
 

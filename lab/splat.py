@@ -62,10 +62,16 @@ _TRIGGERS = [(k, re.compile(r)) for k, r in [
     ('panic', r'Kernel panic - not syncing'),
     ('ubsan', r'UBSAN: '),
     ('bug', r'(NMI )?watchdog: Watchdog detected hard LOCKUP'),
+    # pmd_ERROR() & co (pmd_clear_bad(): a corrupt page table entry)
+    ('bad-pgtable', r'\S+:\d+: bad (pte|pmd|pud|p4d|pgd) '),
+    ('bad-swap', r'(\S+: )?(Bad swap (file|offset) entry|Unused swap offset entry) '),
+    # SLUB debug: "BUG kmalloc-64 (Not tainted): Poison overwritten"
+    ('slub', r'BUG \S+ \((Not tainted|Tainted: [^)]*)\): '),
 ]]
-_SINGLE_LINE = {'rss-counter', 'pgtables-bytes'}
+_SINGLE_LINE = {'rss-counter', 'pgtables-bytes', 'bad-pgtable', 'bad-swap'}
 
-_TIMESTAMP = re.compile(r'^(?:<\d>)?\[\s*\d+\.\d+\](?:\[\s*[CT]\d+\])? ?')
+# a printk line's "[   12.345678] " (and "<6>" level, "[T123]" caller id)
+TIMESTAMP = re.compile(r'^(?:<\d>)?\[\s*\d+\.\d+\](?:\[\s*[CT]\d+\])? ?')
 _OOPS_HEADER = re.compile(r'(Oops: |Internal error: Oops|general protection)')
 _CUT = re.compile(r'^-+\[ cut here \]-+\s*$')
 _RULE = re.compile(r'^={20,}\s*$')
@@ -83,7 +89,7 @@ _PAGE_FIRST = re.compile(r'^page: ')
 
 def _msg(line: str) -> str:
     """The printk message: no trailing CR, no timestamp."""
-    return _TIMESTAMP.sub('', line.rstrip('\r'))
+    return TIMESTAMP.sub('', line.rstrip('\r'))
 
 
 def _trigger(msg: str) -> str | None:
@@ -161,6 +167,14 @@ def scan(text: str) -> list[Splat]:
                             '\n'.join(lines[start:end + 1]), start + 1))
         i = floor = end + 1
     return splats
+
+
+_DROPPED = re.compile(r'\*\* (\d+) printk messages dropped \*\*')
+
+
+def dropped(text: str) -> int:
+    """How many messages the console says it dropped."""
+    return sum(int(m.group(1)) for m in _DROPPED.finditer(text))
 
 
 def format_report(splats: list[Splat], max_splats: int = 5) -> str:

@@ -15,6 +15,8 @@ class Test:
     argv: tuple[str, ...]    # argv[0]: the binary
     timeout: int     # seconds, killed after that (a hung test fails, the rest still run)
     hugepages: int | None = None   # exactly this many reserved (lab/guest/with-hugepages)
+    fmt: str = "ktap"   # its output (lab/ktap.py FORMATS): ktap, uffd ("Testing x... done"),
+                        # steps (khugepaged's coloured steps), exit (no cases: exit status)
 
     def plan(self) -> PlanItem:
         wrap = ["with-hugepages", str(self.hugepages)] if self.hugepages is not None else []
@@ -22,30 +24,30 @@ class Test:
 
 
 def _t(suite: str, *argv: str, timeout: int = 600, test: str = "",
-       hugepages: int | None = None) -> Test:
-    return Test(suite, test or argv[0], argv, timeout, hugepages)
+       hugepages: int | None = None, fmt: str = "ktap") -> Test:
+    return Test(suite, test or argv[0], argv, timeout, hugepages, fmt)
 
 
 UPSTREAM = [
     _t("cow", "cow", timeout=900),
-    _t("uffd-unit-tests", "uffd-unit-tests", timeout=1200),
+    _t("uffd-unit-tests", "uffd-unit-tests", timeout=1200, fmt="uffd"),
     _t("migration", "migration", timeout=900),
     _t("madv_populate", "madv_populate"),
     _t("mremap_test", "mremap_test", timeout=900),
     _t("ksm_functional_tests", "ksm_functional_tests"),
     _t("pagemap_ioctl", "pagemap_ioctl", timeout=900),
-    _t("khugepaged", "khugepaged", timeout=1200),
-    _t("khugepaged", "khugepaged", "-s", "2", timeout=1200, test="khugepaged-s2"),
+    _t("khugepaged", "khugepaged", timeout=1200, fmt="steps"),
+    _t("khugepaged", "khugepaged", "-s", "2", timeout=1200, test="khugepaged-s2", fmt="steps"),
     _t("split_huge_page_test", "split_huge_page_test", timeout=900),
     _t("hugetlb", "hugepage-mmap"),
-    _t("hugetlb", "hugepage-shm"),
+    _t("hugetlb", "hugepage-shm", fmt="exit"),
     _t("hugetlb", "map_hugetlb"),
     _t("hugetlb", "hugepage-mremap"),
-    _t("hugetlb", "hugepage-vmemmap"),
-    _t("hugetlb", "hugetlb-madvise"),
+    _t("hugetlb", "hugepage-vmemmap", fmt="exit"),
+    _t("hugetlb", "hugetlb-madvise", fmt="exit"),
     _t("hugetlb", "hugetlb_dio"),
-    _t("hugetlb", "hugetlb_fault_after_madv", hugepages=1),
-    _t("hugetlb", "hugetlb_madv_vs_map", hugepages=1),
+    _t("hugetlb", "hugetlb_fault_after_madv", hugepages=1, fmt="exit"),
+    _t("hugetlb", "hugetlb_madv_vs_map", hugepages=1, fmt="exit"),
     _t("gup", "gup_longterm"),
     _t("gup", "gup_test", "-ct", "-F", "0x1", "0", "19", "0x1000", test="gup_test-ct"),
     _t("misc", "mkdirty"),
@@ -53,7 +55,7 @@ UPSTREAM = [
     _t("misc", "mremap_dontunmap"),
     _t("misc", "map_fixed_noreplace"),
     _t("misc", "mlock2-tests"),
-    _t("misc", "uffd-stress", "anon", "20", "16", test="uffd-stress-anon"),
+    _t("misc", "uffd-stress", "anon", "20", "16", test="uffd-stress-anon", fmt="exit"),
 ]
 
 # Our own guest tests: tests/guest/<name>.c, built by lab/build.py.
@@ -61,6 +63,7 @@ OURS = [
     _t("ptlab", "pt_fork", timeout=600),
     _t("ptlab", "migration_walk", timeout=900),
     _t("ptlab", "pt_reclaim", timeout=600),
+    _t("ptlab", "uffd_race", timeout=600),
 ]
 
 ALL = UPSTREAM + OURS

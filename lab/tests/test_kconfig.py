@@ -27,3 +27,26 @@ def test_plain_profiles():
 def test_unknown_profile():
     with pytest.raises(ConfigError):
         kconfig.fragments("nosuch")
+
+
+def test_a_compiled_out_feature_fails_the_patched_kernel(tmp_path):
+    """Issue 11, item 3: our series' options must survive olddefconfig on
+    the patched kernel, whether or not its Kconfig declares them (a patch
+    that lost its Kconfig entry must not pass as vanilla)."""
+    feat = tmp_path / "features.config"
+    feat.write_text("# sysctl: vm.pte_table_reclaim\nCONFIG_PTE_TABLE_RECLAIM=y\n")
+    dotconfig = tmp_path / ".config"
+    dotconfig.write_text("# CONFIG_PTE_TABLE_RECLAIM is not set\n")
+    src = tmp_path / "src"
+    src.mkdir()             # declares nothing: like vanilla
+    with pytest.raises(ConfigError) as e:
+        kconfig.check(src, dotconfig, [feat], strict=True)
+    assert "CONFIG_PTE_TABLE_RECLAIM" in e.value.details
+    kconfig.check(src, dotconfig, [feat], strict=False)     # vanilla: skipped
+    (src / "Kconfig").write_text("config PTE_TABLE_RECLAIM\n\tbool\n")
+    with pytest.raises(ConfigError):                        # declared: never skipped
+        kconfig.check(src, dotconfig, [feat], strict=False)
+
+
+def test_feature_sysctls_come_from_features_config():
+    assert kconfig.feature_sysctls() == ["vm.migration_walk_early_exit", "vm.pte_table_reclaim"]

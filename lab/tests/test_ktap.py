@@ -41,11 +41,11 @@ def test_unique_names():
 
 
 def test_plain_uffd_format():
-    res = ktap.parse_plain((DATA / 'uffd_unit_tests.txt').read_text())
+    res = ktap.parse_uffd((DATA / 'uffd_unit_tests.txt').read_text())
     assert len(res.cases) > 50
     assert res.cases[0].name == 'UFFDIO_API (with syscall)' and res.cases[0].status == 'pass'
     assert all(c.status in ('pass', 'skip') for c in res.cases)
-    cut = ktap.parse_plain('Testing a... done\nTesting b... failed [reason: x]\nTesting c... ')
+    cut = ktap.parse_uffd('Testing a... done\nTesting b... failed [reason: x]\nTesting c... ')
     assert [(c.name, c.status) for c in cut.cases] == [('a', 'pass'), ('b', 'fail'),
                                                        ('c', 'error')]
     assert cut.cases[1].detail == 'x'
@@ -184,11 +184,32 @@ def test_inconsistencies_reported():
 
 
 def test_plain_khugepaged_format():
-    res = ktap.parse_plain((DATA / 'khugepaged.txt').read_text().splitlines())
+    res = ktap.parse_steps((DATA / 'khugepaged.txt').read_text().splitlines())
     assert len(res.cases) > 60 and all(c.status == 'pass' for c in res.cases)
     names = [n for n, _ in ktap.unique_names(res.cases)]
     assert 'collapse_full (madvise:anon): Collapse multiple fully populated PTE table' in names
-    bad = ktap.parse_plain(['Run test: x (madvise:anon)', 'Step one... \x1b[31mFail\x1b[0m',
+    bad = ktap.parse_steps(['Run test: x (madvise:anon)', 'Step one... \x1b[31mFail\x1b[0m',
                             'Step two... \x1b[33mSkip\x1b[0m'])
     assert [(c.name, c.status) for c in bad.cases] == [('x (madvise:anon): Step one', 'fail'),
                                                       ('x (madvise:anon): Step two', 'skip')]
+
+
+def test_text_before_the_header_does_not_hide_failures():
+    res = ktap.parse(['xyz TAP version 13', '1..2', 'not ok 1 a', 'not ok 2 b'])
+    assert statuses(res) == [('a', 'fail'), ('b', 'fail')]
+    # a prefix that every line carries is still stripped
+    res = ktap.parse(['  TAP version 13', '  1..1', '  not ok 1 a'])
+    assert statuses(res) == [('a', 'fail')]
+
+
+def test_inconsistent_stream_is_an_error_case():
+    gap = ktap.parse(['TAP version 13', '1..3', 'ok 1 a', 'ok 3 c', 'ok 4 d'])
+    assert gap.cases[-1].status == 'error'
+    assert gap.cases[-1].name.startswith('<inconsistent TAP: expected case 2, got 3')
+    totals = ktap.parse(['TAP version 13', '1..1', 'ok 1 a',
+                         '# Totals: pass:0 fail:1 xfail:0 xpass:0 skip:0 error:0'])
+    assert [c.status for c in totals.cases] == ['pass', 'error']
+    assert 'totals say pass:0, saw 1' in totals.cases[-1].detail
+    twice = ktap.parse(['TAP version 13', '1..1', '1..1', 'ok 1 a'])
+    assert twice.cases[-1].name.startswith('<inconsistent TAP: duplicate plan')
+    assert ktap.parse(['TAP version 13', '1..1', 'ok 1 a']).problems == []

@@ -13,7 +13,7 @@ GOOD = """\
 SOAK-SWITCH /proc/sys/vm/pte_table_reclaim 1
 SOAK-SWITCH /proc/sys/vm/migration_walk_early_exit 1
 SOAK-SWITCH /proc/sys/kernel/numa_balancing 1
-SOAK-MEMCG memory.max=1073741824
+SOAK-MEMCG memory.high=1073741824
 SOAK-RACE migration-stress runs=12 failed=0
 SOAK-RACE sweep-vs-munmap runs=40 failed=0
 SOAK-STRESSNG-BEGIN

@@ -166,3 +166,47 @@ def test_format_report():
     assert 'kernel BUG at mm/page_table_check.c:76!' in out
     assert '5 more not shown: kasan@44' in out
     assert splat.format_report([]) == 'no kernel splats found'
+
+
+def test_page_table_swap_and_slub_reports():
+    text = '\n'.join([
+        '[   10.000001] ptlab: something benign',
+        '[   10.100000] mm/pgtable-generic.c:53: bad pmd 00000000a1b2c3d4(8000000102345067)',
+        '[   11.000000] get_swap_device: Bad swap file entry 40000000000003e0',
+        '[   12.000000] =============================================================================',
+        '[   12.000001] BUG kmalloc-64 (Not tainted): Poison overwritten',
+        '[   12.000002] -----------------------------------------------------------------------------',
+        '[   12.000003] ',
+        '[   12.000004] 0xffff888100a2c010-0xffff888100a2c010 @offset=16. First byte 0x6a instead of 0x6b',
+        '[   13.000000] BUG kmalloc-64 (Tainted: G    B            ): Object already free',
+        '[   14.000000] a bad pmd is not a report unless the kernel prints it so',
+    ])
+    ss = splat.scan(text)
+    assert kinds(ss) == ['bad-pgtable', 'bad-swap', 'slub', 'slub']
+    assert ss[2].line == 4      # from the rule above the title
+    assert ss[0].title.startswith('mm/pgtable-generic.c:53: bad pmd')
+
+
+def test_dropped_console_messages_are_counted():
+    text = ('[    5.0] ** 12 printk messages dropped **\n[    6.0] x\n'
+            '[    7.0] ** 3 printk messages dropped **\n')
+    assert splat.dropped(text) == 15
+    assert splat.dropped('[    1.0] hello\n') == 0
+
+
+def test_collect_scans_the_dmesg_when_the_guest_wrote_it(tmp_path):
+    """The console shows loglevel<5 and may drop messages; the dmesg the
+    guest dumps after its plan has all of it (a hung task's stack is INFO)."""
+    from lab import guest
+    hung = (DATA / 'hung_task.log').read_text()
+    (tmp_path / 'console.log').write_text('[    1.0] ** 40 printk messages dropped **\n')
+    (tmp_path / 'results.txt').write_text(
+        'PTLAB-BOOT x\nPTLAB-DMESG\n' + hung + 'PTLAB-DMESG-END\nPTLAB-DONE\n')
+    out = guest.collect(tmp_path)
+    assert out.log == tmp_path / 'dmesg.txt' and out.dropped == 40
+    assert kinds(out.splats) == kinds(splat.scan(hung)) and out.splats
+    # no dmesg (the guest died): the console is what there is
+    (tmp_path / 'results.txt').write_text('PTLAB-BOOT x\nPTLAB-DMESG\n[ 1.0] cut')
+    (tmp_path / 'console.log').write_text(hung)
+    out = guest.collect(tmp_path)
+    assert out.log == tmp_path / 'console.log' and out.splats

@@ -33,7 +33,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define PAGE_SIZE	4096UL
@@ -217,9 +220,37 @@ static inline void write_tag(char *page, unsigned long val)
 }
 
 /* Does the kernel have this 0/1 switch (a sysctl of our series)? */
+/*
+ * The kernel has the switch at @path ("/proc/sys/vm/x").  Its absence means
+ * a vanilla kernel, where the tests of a feature skip or only log, unless
+ * the lab said the kernel must have it: PTLAB_FEATURES lists the sysctls
+ * ("vm.x,vm.y") of the features the patched kernel was built with, and
+ * there a missing switch fails the program rather than skip its checks.
+ */
 static inline bool switch_present(const char *path)
 {
-	return !access(path, F_OK);
+	const char *want = getenv("PTLAB_FEATURES");
+	char name[128], *c;
+
+	if (!access(path, F_OK))
+		return true;
+	if (!want || strncmp(path, "/proc/sys/", 10))
+		return false;
+	snprintf(name, sizeof(name), "%s", path + 10);
+	for (c = name; *c; c++)
+		if (*c == '/')
+			*c = '.';
+	for (c = strstr(want, name); c; c = strstr(c + 1, name)) {
+		size_t n = strlen(name);
+
+		if ((c == want || c[-1] == ',') && (c[n] == ',' || !c[n])) {
+			printf("Bail out! %s is missing, but this kernel was built with its feature (PTLAB_FEATURES=%s)\n",
+			       path, want);
+			fflush(stdout);
+			exit(1);
+		}
+	}
+	return false;
 }
 
 /* Turn a 0/1 switch on or off where the kernel has it (vanilla: no-op) */
@@ -228,6 +259,42 @@ static inline int set_switch(const char *path, int on)
 	if (!switch_present(path))
 		return 0;
 	return write_knob(path, on ? "1\n" : "0\n");
+}
+
+/* --- userfaultfd -------------------------------------------------------- */
+
+/* A userfaultfd with @features, or -errno */
+static inline int uffd_open(__u64 features)
+{
+	struct uffdio_api api = { .api = UFFD_API, .features = features };
+	int fd = syscall(__NR_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+
+	if (fd < 0)
+		return -errno;
+	if (ioctl(fd, UFFDIO_API, &api)) {
+		int err = errno;
+
+		close(fd);
+		return -err;
+	}
+	return fd;
+}
+
+static inline int uffd_register(int fd, char *p, unsigned long len, __u64 mode)
+{
+	struct uffdio_register reg = {
+		.range = { .start = (unsigned long)p, .len = len },
+		.mode = mode,
+	};
+
+	return ioctl(fd, UFFDIO_REGISTER, &reg) ? -errno : 0;
+}
+
+static inline int uffd_unregister(int fd, char *p, unsigned long len)
+{
+	struct uffdio_range range = { .start = (unsigned long)p, .len = len };
+
+	return ioctl(fd, UFFDIO_UNREGISTER, &range) ? -errno : 0;
 }
 
 #endif /* GUEST_UTIL_H */

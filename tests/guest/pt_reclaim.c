@@ -283,42 +283,6 @@ static bool page_out(char *page)
 	return false;
 }
 
-/* --- userfaultfd -------------------------------------------------------- */
-
-/* A userfaultfd with @features, or -errno */
-static int uffd_open(__u64 features)
-{
-	struct uffdio_api api = { .api = UFFD_API, .features = features };
-	int fd = syscall(__NR_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-
-	if (fd < 0)
-		return -errno;
-	if (ioctl(fd, UFFDIO_API, &api)) {
-		int err = errno;
-
-		close(fd);
-		return -err;
-	}
-	return fd;
-}
-
-static int uffd_register(int fd, char *p, unsigned long len, __u64 mode)
-{
-	struct uffdio_register reg = {
-		.range = { .start = (unsigned long)p, .len = len },
-		.mode = mode,
-	};
-
-	return ioctl(fd, UFFDIO_REGISTER, &reg) ? -errno : 0;
-}
-
-static int uffd_unregister(int fd, char *p, unsigned long len)
-{
-	struct uffdio_range range = { .start = (unsigned long)p, .len = len };
-
-	return ioctl(fd, UFFDIO_UNREGISTER, &range) ? -errno : 0;
-}
-
 /* --- 1. the switch ---------------------------------------------------- */
 
 TEST(sysctl_rejects_bad_values)

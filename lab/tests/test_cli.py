@@ -1,0 +1,52 @@
+"""Newcomer paths (issue 11, item 8): a clear error, nothing changed."""
+import pytest
+
+from lab import cli, results
+from lab.common import LabError
+
+
+def test_a_typo_in_a_suite_name_changes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PTLAB_CACHE", str(tmp_path))
+    assert cli.main(["test", "--no-unit", "cow", "nosuchsuite"]) == 2
+    err = capsys.readouterr().err
+    assert "no suite or test named 'nosuchsuite'" in err and "hint: suites:" in err
+    assert not (tmp_path / "runs").exists()     # runs/latest was not moved
+
+
+def test_cache_that_is_a_file(tmp_path, monkeypatch, capsys):
+    f = tmp_path / "file"
+    f.write_text("")
+    monkeypatch.setenv("PTLAB_CACHE", str(f))
+    assert cli.main(["parse"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot use" in err and "PTLAB_CACHE" in err and "Traceback" not in err
+
+
+def test_parse_of_a_directory_without_results(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PTLAB_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "run.json").write_text('{"kernel": "patched", "profile": "debug", '
+                                       '"tests": ["cow"]}')
+    assert cli.main(["parse", str(tmp_path)]) == 2
+    assert "no results.txt" in capsys.readouterr().err
+    assert cli.main(["parse", str(tmp_path / "nothing")]) == 2
+    assert "not a `ptlab test` run directory" in capsys.readouterr().err
+
+
+def test_malformed_flaky_line(tmp_path):
+    f = tmp_path / "flaky.txt"
+    f.write_text("# comment\ncow/cow: a case -- seen once\nthis line has no separator\n")
+    with pytest.raises(LabError) as e:
+        results.load_flaky(f)
+    assert "flaky.txt:3" in e.value.message
+
+
+def test_every_option_has_help():
+    import argparse
+    p = cli.build_parser()
+    assert "./ptlab test" in p.description and "./ptlab bench" in p.description
+    subs = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sp in subs.choices.items():
+        for a in sp._actions:
+            if not isinstance(a, argparse._HelpAction):
+                assert a.help, f"ptlab {name} {a.option_strings or a.dest}: no help"
+    assert all(c.help for c in subs._choices_actions)
