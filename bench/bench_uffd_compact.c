@@ -446,7 +446,6 @@ static unsigned long latencies(double *p50, double *p99)
 
 	for (t = 0; t < g.o.mutators; t++)
 		n += g.mut[t].nlat;
-	*p50 = *p99 = 0;
 	if (!n)
 		return 0;
 	all = malloc(n * sizeof(*all));
@@ -503,11 +502,14 @@ static void report(double ms, long long pgalloc)
 	comment("mutators: %lu reads, %lu latency samples (%lu dropped)",
 		reads, n, dropped);
 	comment("handler moved %lu of %lu chunks", g.by_handler, g.nchunks);
-	if (!n)
-		comment("no mutator read hit a chunk not yet moved: latencies reported as 0");
 	metric("compactor_ms", ms, "ms", "lower");
-	metric("fault_latency_median_us", p50, "us", "lower");
-	metric("fault_latency_p99_us", p99, "us", "lower");
+	/* no sample is no number: a 0 would enter the median as a measurement */
+	if (n) {
+		metric("fault_latency_median_us", p50, "us", "lower");
+		metric("fault_latency_p99_us", p99, "us", "lower");
+	} else {
+		comment("no mutator read hit a chunk not yet moved: no latency this run");
+	}
 	metric("faults", g.events, "count", "lower");
 	metric("pgalloc", pgalloc, "pages", "lower");
 }

@@ -1,6 +1,6 @@
 """`ptlab bench`: the same benchmarks on two kernels (A, B; by default
 vanilla and patched), perf profile, same guest, interleaved boots
-(A, B, A, B, ...), repeated; a table per benchmark and a report directory
+in ABBA order (A B, B A, A B, ...), repeated; a table per benchmark and a report directory
 (report.md, results.json, PNG plots)."""
 from __future__ import annotations
 
@@ -173,7 +173,8 @@ def table(name: str, entry: dict, a: str, b: str) -> str:
     rows.append(f"  {'metric':24} {'unit':6} {a + ' median [min-max]':>28} "
                 f"{b + ' median [min-max]':>28} {'ratio':>7}")
     for m, e in entry["metrics"].items():
-        cell = lambda s: f"{_fmt(s['median'])} [{_fmt(s['min'])}-{_fmt(s['max'])}]"  # noqa
+        cell = lambda s: (f"{_fmt(s['median'])} [{_fmt(s['min'])}-{_fmt(s['max'])}]"  # noqa
+                          if s["n"] else "no samples")
         ratio = f"{e['ratio']:.3f}" if e["ratio"] is not None else "-"
         rows.append(f"  {m:24} {e['unit']:6} {cell(e['a']):>28} {cell(e['b']):>28} "
                     f"{ratio:>7}  ({e['better']} is better)")
@@ -190,7 +191,9 @@ def write_report(outdir: Path, data: dict) -> None:
           f"- A: {data['kernels']['a']['desc']}", f"- B: {data['kernels']['b']['desc']}",
           f"- profile {data['profile']}, accelerator {data['accel']}, sizes {data['sizes']}, "
           f"{data['repetitions']} interleaved boots per kernel, {data['date']}",
-          f"- series revision: {data['series_revision']}", "",
+          f"- series revision: {data['series_revision']}"
+          + (f"; **{data['workdir']}**" if data.get("workdir") else ""),
+          f"- order within each pair of boots: {data.get('order', 'AB')}", "",
           "ratio = B median / A median; whether lower or higher is better is given per "
           "metric. Under TCG absolute times mean nothing; compare ratios with the noise "
           "floor (results/noise-floor/).", ""]
@@ -212,10 +215,47 @@ def plot(outdir: Path) -> None:
 
 # --- the command --------------------------------------------------------
 
+def unskipped_on_one_side(entry: dict) -> list[str]:
+    """A benchmark that skipped on one kernel while the other measured:
+    no ratio, and a claim nobody can check."""
+    out = []
+    for side, other in (("a", "b"), ("b", "a")):
+        errs = entry["errors"].get(side, [])
+        counts = [(e[side]["n"], e[other]["n"]) for e in entry["metrics"].values()]
+        if errs and all(e.startswith("skipped") for e in errs) and \
+                any(o for _, o in counts) and not any(n for n, _ in counts):
+            out.append(f"{side.upper()} skipped ({errs[0]}) while {other.upper()} measured")
+    return out
+
+
+def workdir_state() -> str:
+    """What the numbers may not be of: work-tree commits not in patches/,
+    uncommitted changes in the repo (bench programs, configs, patches)."""
+    notes = []
+    st = tree.status()
+    if st.exists and st.unexported:
+        notes.append(f"the work tree holds {len(st.unexported)} commit(s) not exported "
+                     "to patches/")
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"],
+                           capture_output=True, text=True).stdout.splitlines()
+    if dirty:
+        notes.append(f"the repo has {len(dirty)} uncommitted change(s): "
+                     + ", ".join(l[3:] for l in dirty[:5]) + (" ..." if len(dirty) > 5 else ""))
+    return "; ".join(notes)
+
+
+def order(rep: int) -> tuple[str, str]:
+    """ABBA: A first in odd repetitions, B first in even ones, so that a drift
+    over the run (host load, thermal) does not always favour one side."""
+    return ("a", "b") if rep % 2 else ("b", "a")
+
+
 def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
               outdir: Path | None) -> int:
-    deps.ensure_apt()
+    if reps < 1:
+        raise LabError("--reps must be at least 1")
     benches = select(names)
+    deps.ensure_apt()
     kernels = {}
     for side, spec in (("a", a_spec), ("b", b_spec)):
         name, src = resolve_kernel(spec)
@@ -235,8 +275,11 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
     accel = guest.probe_accel(kernels["a"]["vmlinux"])
     step(f"{len(benches)} benchmarks x {reps} interleaved boots of A={a_spec} and "
          f"B={b_spec} (sizes: {sizes}, {accel}); report in {outdir}")
+    state = workdir_state()
+    if state:
+        warn(state)
     for rep in range(1, reps + 1):
-        for side in ("a", "b"):
+        for side in order(rep):
             k = kernels[side]
             step(f"boot {rep}/{reps} of {side.upper()} ({k['name']})")
 
@@ -260,7 +303,8 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
                         for s in ("a", "b")},
             "series_revision": tree.patches_hash()[:12],
             "profile": "perf", "accel": accel, "sizes": sizes, "repetitions": reps,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "order": "ABBA",
+            "workdir": state,
             "benchmarks": aggregate(runs, benches, used)}
     write_report(outdir, data)
     plot(outdir)
@@ -276,4 +320,10 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
     if failed:
         print(f"runs without a number (verification failed, crash or splat): "
               f"{', '.join(failed)}")
-    return 1 if failed else 0
+    lopsided = {n: unskipped_on_one_side(e) for n, e in data["benchmarks"].items()}
+    for n, why in lopsided.items():
+        for w in why:
+            print(f"{n}: {w}")
+    if state:
+        print(f"note: {state}")
+    return 1 if failed or any(lopsided.values()) else 0

@@ -33,3 +33,38 @@ def test_select():
         assert "nope" in str(e)
     else:
         raise AssertionError("unknown benchmark accepted")
+
+
+def test_abba_order():
+    assert [bench.order(r) for r in (1, 2, 3, 4)] == [("a", "b"), ("b", "a")] * 2
+
+
+def test_a_skip_on_one_side_fails_the_command():
+    b = bench.BENCHES[0]
+    runs = {b.name: {"a": [({"t": (10, "ms", "lower")}, "")] * 2,
+                     "b": [({}, "skipped: no NUMA")] * 2}}
+    e = bench.aggregate(runs, [b])[b.name]
+    assert bench.unskipped_on_one_side(e) == ["B skipped (skipped: no NUMA) while A measured"]
+    both = {b.name: {s: [({}, "skipped: no NUMA")] for s in ("a", "b")}}
+    assert bench.unskipped_on_one_side(bench.aggregate(both, [b])[b.name]) == []
+
+
+def test_a_metric_without_samples_is_not_a_zero():
+    # bench_uffd_compact prints no latency metric when no read hit a fault
+    ms, err = bench.parse_output(["metric compactor_ms 5 ms lower", "verify ok"], 0)
+    b = bench.BENCHES[0]
+    runs = {b.name: {"a": [(ms, err)],
+                     "b": [({"compactor_ms": (5, "ms", "lower"),
+                             "fault_latency_p99_us": (7, "us", "lower")}, "")]}}
+    t = bench.aggregate(runs, [b])[b.name]["metrics"]["fault_latency_p99_us"]
+    assert t["a"]["n"] == 0 and t["a"]["median"] is None and t["ratio"] is None
+    assert "no samples" in bench.table("x", bench.aggregate(runs, [b])[b.name], "A", "B")
+
+
+def test_reps_below_one_refused_before_building(monkeypatch):
+    import pytest
+    from lab.common import LabError
+    monkeypatch.setattr(bench.deps, "ensure_apt", lambda: (_ for _ in ()).throw(
+        AssertionError("installed/built before checking --reps")))
+    with pytest.raises(LabError):
+        bench.run_bench("vanilla", "patched", [], 0, "default", None)

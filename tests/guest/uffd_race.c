@@ -6,21 +6,23 @@
  * "so they will not hang permanently and [userland need not] call
  * UFFDIO_WAKE explicitly" (fs/userfaultfd.c), and so that the monitor is
  * never handed a fault on a range it already unregistered, which
- * UFFDIO_COPY would refuse with ENOENT.  The woken faults retry; once
- * UNREGISTER returns, that retry must find the range unregistered.  With
- * faults handled under the per-VMA lock, a retry that takes the VMA lock
- * between the wake and the moment UNREGISTER write-locks the VMA reports
- * the fault again: the thread sleeps until someone wakes it by hand, and
- * the monitor reads a fault on an unregistered range.  That is what made
- * uffd-unit-tests' "events" cases fail with "UFFDIO_COPY error: -2" now and
- * then: its child reads the memory it just MADV_DONTNEED-ed while the
- * monitor unregisters it in answer to UFFD_EVENT_REMOVE.
+ * UFFDIO_COPY would refuse with ENOENT.  With faults handled under the
+ * per-VMA lock, a fault that takes the VMA lock between that wakeup and the
+ * moment UNREGISTER write-locks the VMA (a woken one retrying, or a new
+ * one) still finds the range registered and sleeps after the wakeup: until
+ * someone calls UFFDIO_WAKE by hand, while the monitor reads a fault on an
+ * unregistered range.  That is what made uffd-unit-tests' "events" cases
+ * fail with "UFFDIO_COPY error: -2" now and then: the child reads the
+ * memory it just MADV_DONTNEED-ed while the monitor unregisters it in
+ * answer to UFFD_EVENT_REMOVE.
  *
- * Each round: THREADS threads fault on missing pages of a registered area;
- * the monitor reads the THREADS fault messages (so every thread sleeps in
- * handle_userfault()), then unregisters the area.  Every thread must then
+ * Each round: THREADS threads start faults on missing pages of a
+ * registered area while the main thread unregisters it (a random spin
+ * spreads the faults around the UNREGISTER).  Every thread must then
  * finish on its own, and no message may be left.  Many rounds (up to
- * ROUNDS in BUDGET_MS), as the window is a few instructions wide.
+ * ROUNDS in BUDGET_MS): on 6.12.117 under TCG, 1 round in 7 failed.
+ * Faults that were all asleep before the UNREGISTER (its woken retries
+ * alone) never hit the window in 5000 rounds: that variant is not here.
  */
 #include <errno.h>
 #include <poll.h>
@@ -33,7 +35,7 @@
 
 #define THREADS		3
 #define ROUNDS		20000
-#define BUDGET_MS	40000	/* rounds stop after this long (TCG is slow) */
+#define BUDGET_MS	30000	/* rounds stop after this long (TCG is slow) */
 #define WAIT_MS		2000	/* for a woken thread to finish its fault */
 
 struct round_state {
@@ -91,17 +93,17 @@ FIXTURE(unregister)
 
 FIXTURE_VARIANT(unregister)
 {
-	bool twice;	/* register half the VMA: REGISTER splits it, UNREGISTER merges */
+	bool split;	/* register half the VMA: REGISTER splits it, UNREGISTER merges */
 };
 
-FIXTURE_VARIANT_ADD(unregister, one_vma)
+FIXTURE_VARIANT_ADD(unregister, whole_vma)
 {
-	.twice = false,
+	.split = false,
 };
 
 FIXTURE_VARIANT_ADD(unregister, split_vma)
 {
-	.twice = true,
+	.split = true,
 };
 
 FIXTURE_SETUP(unregister)
@@ -141,14 +143,14 @@ FIXTURE_TEARDOWN(unregister)
 TEST_F_TIMEOUT(unregister, no_fault_left_behind, 120)
 {
 	/* the whole VMA, or its first half: UNREGISTER then merges two VMAs */
-	unsigned long reg_len = variant->twice ? self->len : 2 * self->len;
-	int round, stale = 0, hung = 0, i;
+	unsigned long reg_len = variant->split ? self->len : 2 * self->len;
+	int round, stale = 0, hung = 0;
 	long stop = now_ms() + BUDGET_MS;
 	struct uffd_msg msg;
 
 	for (round = 0; round < ROUNDS && now_ms() < stop; round++) {
 		char *area = self->rs.area;
-		long deadline;
+		long deadline, spin;
 
 		ASSERT_EQ(madvise(area, 2 * self->len, MADV_DONTNEED), 0);
 		ASSERT_EQ(uffd_register(self->uffd, area, reg_len,
@@ -156,13 +158,10 @@ TEST_F_TIMEOUT(unregister, no_fault_left_behind, 120)
 		atomic_store(&self->rs.done, 0);
 		pthread_barrier_wait(&self->rs.go);
 
-		/* every thread is asleep in handle_userfault() */
-		for (i = 0; i < THREADS; i++) {
-			ASSERT_EQ(read_msg(self->uffd, &msg, 10000), 1)
-				TH_LOG("round %d: only %d of %d faults reported", round, i,
-				       THREADS);
-			ASSERT_EQ(msg.event, UFFD_EVENT_PAGEFAULT);
-		}
+		/* the faults start around the UNREGISTER, a little before or after */
+		spin = rand() % 2000;
+		while (spin--)
+			asm volatile("" ::: "memory");
 		ASSERT_EQ(uffd_unregister(self->uffd, area, reg_len), 0);
 
 		deadline = now_ms() + WAIT_MS;
