@@ -248,13 +248,12 @@ def collect(workdir: Path, wall: float = 0.0) -> Outcome:
     channel = results.read_text(errors="replace")
     runs, done, boot_line, dmesg = _parse_channel(channel)
     text = console.read_text(errors="replace") if console.exists() else ""
-    log = console
+    log, scanned = console, text
     if dmesg is not None:
         # the ring buffer holds every level and what the console dropped
-        log = workdir / "dmesg.txt"
-        log.write_text("\n".join(dmesg) + "\n")
-    splats = splat.scan(log.read_text(errors="replace") if dmesg is not None else text)
-    return Outcome(runs, done, splats, console, results, boot_line, wall, log,
+        log, scanned = workdir / "dmesg.txt", "\n".join(dmesg) + "\n"
+        log.write_text(scanned)
+    return Outcome(runs, done, splat.scan(scanned), console, results, boot_line, wall, log,
                    splat.dropped(text), _setup_errors(channel))
 
 

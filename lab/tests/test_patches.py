@@ -2,7 +2,7 @@
 
 VM_BUG_ON*() and VM_WARN_ON*() do not evaluate their condition without
 CONFIG_DEBUG_VM (BUILD_BUG_ON_INVALID()): a side effect inside one happens
-on the debug kernel and never on the perf kernel.  0004 counted migration
+on the debug kernel and never on the perf kernel.  0006 counted migration
 entries inside VM_WARN_ON_ONCE_FOLIO(), so the perf kernel's count stayed 0
 and its restore walks stopped after the first VMA (issue 10, item 0).
 """
