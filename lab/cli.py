@@ -116,7 +116,8 @@ def _binaries(tests, st_dir, ours):
 def _one_liner(r: guest.TestRun) -> None:
     fmt = next((t.fmt for t in suites.ALL if (t.suite, t.test) == (r.suite, r.test)), "ktap")
     c = Counter(x.status for x in results.parse_output(r.output, fmt).cases)
-    summary = ", ".join(f"{v} {k}" for k, v in sorted(c.items())) or "no TAP"
+    summary = ", ".join(f"{v} {k}" for k, v in sorted(c.items())) or \
+        ("judged by its exit status" if fmt == "exit" else f"no case in its output ({fmt})")
     print(f"        {r.suite}/{r.test}: {summary}; exit {r.rc}, {r.secs:.0f} s", flush=True)
 
 
