@@ -33,7 +33,7 @@ def test_flaky_case_is_known():
     cases = results.cases_of(T, run_of(TAP, 1))
     results.judge(cases, {"cow/cow": {"b": "pass"}}, flaky={("cow/cow", "b"): "seen once"})
     assert cases[1].verdict == "known" and "seen once" in cases[1].note
-    assert ("uffd-unit-tests/uffd-unit-tests", "events on anon") in results.load_flaky()
+    assert ("migration/migration", "migration.shared_anon_htlb") in results.load_flaky()
 
 
 def test_newly_skipped_is_a_failure():
