@@ -37,6 +37,7 @@
 #define ROUNDS		20000
 #define BUDGET_MS	30000	/* rounds stop after this long (TCG is slow) */
 #define WAIT_MS		2000	/* for a woken thread to finish its fault */
+#define SLOW_MS		30000	/* more, when no fault is left queued */
 
 struct round_state {
 	char *area;
@@ -171,6 +172,15 @@ TEST_F_TIMEOUT(unregister, no_fault_left_behind, 120)
 			if (!stale++)
 				TH_LOG("round %d: fault at %#llx reported after UFFDIO_UNREGISTER",
 				       round, (unsigned long long)msg.arg.pagefault.address);
+		} else {
+			/*
+			 * No fault left queued: a thread still out is only slow
+			 * (a loaded host), not asleep for good; give it time
+			 * before calling it hung.
+			 */
+			deadline = now_ms() + SLOW_MS;
+			while (atomic_load(&self->rs.done) < THREADS && now_ms() < deadline)
+				usleep(1000);
 		}
 		if (atomic_load(&self->rs.done) < THREADS) {
 			struct uffdio_range all = {
@@ -178,9 +188,8 @@ TEST_F_TIMEOUT(unregister, no_fault_left_behind, 120)
 			};
 
 			if (!hung++)
-				TH_LOG("round %d: %d of %d threads still asleep %d ms after UFFDIO_UNREGISTER",
-				       round, THREADS - atomic_load(&self->rs.done), THREADS,
-				       WAIT_MS);
+				TH_LOG("round %d: %d of %d threads still asleep after UFFDIO_UNREGISTER",
+				       round, THREADS - atomic_load(&self->rs.done), THREADS);
 			/* release them by hand, as a monitor would have to */
 			ASSERT_EQ(ioctl(self->uffd, UFFDIO_WAKE, &all), 0);
 			while (atomic_load(&self->rs.done) < THREADS)
