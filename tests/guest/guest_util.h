@@ -136,6 +136,23 @@ static inline long status_kb(const char *field)
 	return val;
 }
 
+/* A counter of /proc/vmstat, or -1 if this kernel has none of that name */
+static inline long vmstat(const char *name)
+{
+	char line[128];
+	size_t len = strlen(name);
+	long val = -1;
+	FILE *f = fopen("/proc/vmstat", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, name, len) && line[len] == ' ')
+			val = strtol(line + len + 1, NULL, 10);
+	fclose(f);
+	return val;
+}
+
 /* kB of page tables of this process */
 static inline long vmpte_kb(void)
 {

@@ -75,22 +75,6 @@ static void __attribute__((destructor)) restore_knobs(void)
 	restore_knob_list(knobs, ARRAY_SIZE(knobs));
 }
 
-static long vmstat(const char *name)
-{
-	char line[128];
-	size_t len = strlen(name);
-	long val = -1;
-	FILE *f = fopen("/proc/vmstat", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, name, len) && line[len] == ' ')
-			val = strtol(line + len + 1, NULL, 10);
-	fclose(f);
-	return val;
-}
-
 /*
  * Under `ptlab soak` (PTLAB_SOAK set), NUMA balancing stays as the soak set
  * it: each write of kernel.numa_balancing flips a static key, that is,
