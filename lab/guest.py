@@ -130,24 +130,19 @@ def probe_accel(vmlinux: Path) -> str:
     return accel
 
 
-def _parse_results(text: str) -> tuple[list[TestRun], bool, str]:
-    runs, done, boot, _ = _parse_channel(text)
-    return runs, done, boot
+@dataclass
+class Channel:
+    """What the guest wrote on the results channel."""
+    runs: list[TestRun] = field(default_factory=list)
+    done: bool = False                  # PTLAB-DONE: the plan ran to its end
+    boot: str = ""                      # PTLAB-BOOT: what init saw at boot
+    dmesg: list[str] | None = None      # the guest's dmesg, if written to its end
+    setup: list[str] = field(default_factory=list)  # PTLAB-SETUP: what init could not set up
 
 
-def _setup_errors(text: str) -> list[str]:
-    return [l.rstrip("\r")[len("PTLAB-SETUP "):] for l in text.splitlines()
-            if l.startswith("PTLAB-SETUP ")]
-
-
-def _parse_channel(text: str) -> tuple[list[TestRun], bool, str, list[str] | None]:
-    """The results channel: (runs, PTLAB-DONE seen, boot line, the guest's
-    dmesg if it was written to the end, else None)."""
-    runs: list[TestRun] = []
+def _parse_channel(text: str) -> Channel:
+    ch = Channel()
     cur = None
-    done = False
-    boot = ""
-    dmesg: list[str] | None = None
     in_dmesg = False
     for line in text.splitlines():
         line = line.rstrip("\r")
@@ -155,16 +150,18 @@ def _parse_channel(text: str) -> tuple[list[TestRun], bool, str, list[str] | Non
             if line == "PTLAB-DMESG-END":
                 in_dmesg = False
             else:
-                dmesg.append(line)
+                ch.dmesg.append(line)
             continue
         if line == "PTLAB-DMESG":
-            in_dmesg, dmesg = True, []
+            in_dmesg, ch.dmesg = True, []
         elif line.startswith("PTLAB-BOOT "):
-            boot = line[len("PTLAB-BOOT "):]
+            ch.boot = line[len("PTLAB-BOOT "):]
+        elif line.startswith("PTLAB-SETUP "):
+            ch.setup.append(line[len("PTLAB-SETUP "):])
         elif line.startswith("PTLAB-BEGIN "):
             _, suite, test = line.split(maxsplit=2)
             cur = TestRun(suite, test)
-            runs.append(cur)
+            ch.runs.append(cur)
         elif line.startswith("PTLAB-END ") and cur:
             m = re.search(r"rc=(\d+) secs=([\d.]+)(?: timeout=(\d))?", line)
             if m:
@@ -174,12 +171,12 @@ def _parse_channel(text: str) -> tuple[list[TestRun], bool, str, list[str] | Non
                 cur.output.pop()        # the newline written before PTLAB-END
             cur = None
         elif line.startswith("PTLAB-DONE"):
-            done = True
+            ch.done = True
         elif cur:
             cur.output.append(line)
     if in_dmesg:
-        dmesg = None                    # cut off: the guest died while writing it
-    return runs, done, boot, dmesg
+        ch.dmesg = None                 # cut off: the guest died while writing it
+    return ch
 
 
 def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
@@ -209,7 +206,7 @@ def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
     timed_out = False
     while proc.poll() is None:
         time.sleep(0.5)
-        runs, _, _ = _parse_results(results.read_text(errors="replace"))
+        runs = _parse_channel(results.read_text(errors="replace")).runs
         ended = [r for r in runs if r.rc is not None]
         for r in ended[seen:]:
             if on_test:
@@ -245,16 +242,15 @@ def collect(workdir: Path, wall: float = 0.0) -> Outcome:
     if not results.exists():
         raise GuestError(f"{workdir} has no results.txt: the guest never started, "
                          "or this is not a run directory")
-    channel = results.read_text(errors="replace")
-    runs, done, boot_line, dmesg = _parse_channel(channel)
+    ch = _parse_channel(results.read_text(errors="replace"))
     text = console.read_text(errors="replace") if console.exists() else ""
     log, scanned = console, text
-    if dmesg is not None:
+    if ch.dmesg is not None:
         # the ring buffer holds every level and what the console dropped
-        log, scanned = workdir / "dmesg.txt", "\n".join(dmesg) + "\n"
+        log, scanned = workdir / "dmesg.txt", "\n".join(ch.dmesg) + "\n"
         log.write_text(scanned)
-    return Outcome(runs, done, splat.scan(scanned), console, results, boot_line, wall, log,
-                   splat.dropped(text), _setup_errors(channel))
+    return Outcome(ch.runs, ch.done, splat.scan(scanned), console, results, ch.boot, wall, log,
+                   splat.dropped(text), ch.setup)
 
 
 def shell(vmlinux: Path, bins: list[Path], workdir: Path, machine: Machine = DEFAULT) -> int:

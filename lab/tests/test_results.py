@@ -1,6 +1,6 @@
 """Verdicts against the vanilla baseline, and the closing line."""
 from lab import results
-from lab.guest import TestRun as Run, _parse_results
+from lab.guest import TestRun as Run, _parse_channel
 from lab.suites import Test as SuiteTest
 
 T = SuiteTest("cow", "cow", ("cow",), 60)
@@ -69,25 +69,26 @@ def test_nonzero_exit_without_failed_case_is_an_error():
 def test_results_channel_framing():
     text = ("PTLAB-BOOT 6.12.117 cpus=4\nPTLAB-BEGIN cow cow\nTAP version 13\r\n"
             "ok 1 a\nPTLAB-END cow cow rc=0 secs=1.5\nPTLAB-BEGIN misc mkdirty\nok 1 x\n")
-    runs, done, boot = _parse_results(text)
+    ch = _parse_channel(text)
+    runs, done, boot = ch.runs, ch.done, ch.boot
     assert boot.startswith("6.12.117") and not done
     assert runs[0].rc == 0 and runs[0].secs == 1.5 and runs[0].output == ["TAP version 13", "ok 1 a"]
     assert runs[1].rc is None     # the guest died inside mkdirty
 
 
 def test_results_channel_timeout_newline_and_dmesg():
-    from lab.guest import _parse_channel
     text = ("PTLAB-BEGIN cow cow\nTAP version 13\nok 1 a\nnot ok 2 b (killed mid-li\n"
             "PTLAB-END cow cow rc=137 secs=60.5 timeout=1\n"
             "PTLAB-BEGIN misc mkdirty\nok 1 x\n\nPTLAB-END misc mkdirty rc=0 secs=1 timeout=0\n"
             "PTLAB-DMESG\n[    1.000000] hello\nPTLAB-DMESG-END\nPTLAB-DONE\n")
-    runs, done, _, dmesg = _parse_channel(text)
+    ch = _parse_channel(text)
+    runs, done, dmesg = ch.runs, ch.done, ch.dmesg
     assert done and dmesg == ["[    1.000000] hello"]
     assert runs[0].timed_out and runs[0].rc == 137
     assert runs[0].output[-1] == "not ok 2 b (killed mid-li"
     assert not runs[1].timed_out and runs[1].output == ["ok 1 x"]
     # a dmesg cut off by a dying guest is not used
-    assert _parse_channel("PTLAB-DMESG\n[ 1.0] x\n")[3] is None
+    assert _parse_channel("PTLAB-DMESG\n[ 1.0] x\n").dmesg is None
 
 
 # --- what vanilla passed and a run lacks (issue 11, item 2) -------------
