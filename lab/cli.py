@@ -221,6 +221,7 @@ def cmd_soak(args) -> int:
     secs = args.minutes * 60
     plan = [guest.PlanItem("soak", "soak", secs + 600,
                            ["soak", str(args.minutes), args.memcg_limit,
+                            ",".join(soak.unconfined_args(args.minutes)),
                             *soak.stress_args(args.minutes)])]
     step(f"boot patched ({args.profile}) and soak for {args.minutes} min; logs in {run_dir}")
     out = guest.boot(vmlinux, plan, bins, run_dir, timeout=secs + 900,

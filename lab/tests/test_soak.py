@@ -16,7 +16,7 @@ SOAK-SWITCH /proc/sys/kernel/numa_balancing 1
 SOAK-MEMCG memory.high=1073741824
 SOAK-RACE migration-stress runs=12 failed=0
 SOAK-RACE sweep-vs-munmap runs=40 failed=0
-SOAK-STRESSNG-BEGIN
+SOAK-STRESSNG-BEGIN memcg
 stress-ng: info:  [210] setting to a 1800 second run per stressor
 stress-ng: info:  [210] dispatching hogs: 1 fork, 1 mmap, 1 vm
 stress-ng: metrc: [210] stressor       bogo ops real time  usr time  sys time   bogo ops/s     bogo ops/s
@@ -25,7 +25,12 @@ stress-ng: metrc: [210] fork                379      3.01      0.26      0.18   
 stress-ng: metrc: [210] mmap                 13      3.08      0.32      1.79         4.22           6.16
 stress-ng: metrc: [210] tlb-shootdown         7      3.08      0.32      1.79         4.22           6.16
 stress-ng: info:  [210] successful run completed in 3.08s
-SOAK-STRESSNG-END rc=0
+SOAK-STRESSNG-END memcg rc=0
+SOAK-STRESSNG-BEGIN root
+stress-ng: info:  [211] dispatching hogs: 1 mmapfork
+stress-ng: metrc: [211] mmapfork             41   1800.10     12.00    300.00         0.02           0.13
+stress-ng: info:  [211] successful run completed in 1800.10s
+SOAK-STRESSNG-END root rc=0
 SOAK-MEMCG oom 0 oom_kill 0
 SOAK-VMSTAT pswpout 1234 pt_reclaim_pte_freed 99
 """.splitlines()
@@ -38,9 +43,9 @@ def _outcome(tmp_path: Path, finished=True, splats=()):
 
 def test_good_run_passes(tmp_path):
     res = soak.parse(GOOD)
-    assert res.bogo_ops == {"fork": 379, "mmap": 13, "tlb-shootdown": 7}
+    assert res.bogo_ops == {"fork": 379, "mmap": 13, "tlb-shootdown": 7, "mmapfork": 41}
     assert res.races == {"migration-stress": (12, 0), "sweep-vs-munmap": (40, 0)}
-    assert res.stress_rc == 0
+    assert res.stress_rc == {"memcg": 0, "root": 0}
     assert "pt_reclaim_pte_freed 99" in res.vmstat
     text, ok = soak.report(res, _outcome(tmp_path), 30)
     assert ok, text
@@ -50,15 +55,16 @@ def test_good_run_passes(tmp_path):
 def test_failed_stressor_race_and_missing_switch_fail(tmp_path):
     lines = [l.replace("numa_balancing 1", "numa_balancing missing") for l in GOOD]
     lines = [l.replace("runs=40 failed=0", "runs=40 failed=2") for l in lines]
-    lines.insert(lines.index("SOAK-STRESSNG-END rc=0"),
+    lines.insert(lines.index("SOAK-STRESSNG-END memcg rc=0"),
                  "stress-ng: fail:  [212] vm: detected 3 bit errors while stressing memory")
-    lines = [l.replace("SOAK-STRESSNG-END rc=0", "SOAK-STRESSNG-END rc=2") for l in lines]
+    lines = [l.replace("SOAK-STRESSNG-END memcg rc=0", "SOAK-STRESSNG-END memcg rc=2")
+             for l in lines]
     res = soak.parse(lines)
     text, ok = soak.report(res, _outcome(tmp_path), 30)
     assert not ok
     assert "FAIL: switch /proc/sys/kernel/numa_balancing is missing" in text
     assert "FAIL: race test sweep-vs-munmap: 2 of 40 runs failed" in text
-    assert "FAIL: stress-ng exited with 2" in text
+    assert "FAIL: stress-ng (memcg) exited with 2" in text
     assert "vm: detected 3 bit errors" in text
 
 
@@ -74,13 +80,26 @@ def test_unfinished_guest_or_splat_fails(tmp_path):
     res = soak.parse(GOOD[:6])      # the guest died before stress-ng reported
     text, ok = soak.report(res, _outcome(tmp_path, finished=False), 30)
     assert not ok
-    assert "stress-ng did not report" in text and "did not finish" in text
+    assert "stress-ng (memcg) did not report" in text and "did not finish" in text
+
+
+def test_idle_stressor_or_missing_group_fails(tmp_path):
+    """A stressor throttled to nothing soaked nothing: the 2026-11-23 soak had
+    vm, mmap, mremap and forkheavy at 0 bogo ops and still only failed on
+    stress-ng's exit status."""
+    lines = [l.replace("mmap                 13", "mmap                  0") for l in GOOD]
+    end = lines.index("SOAK-STRESSNG-BEGIN root")
+    lines = lines[:end] + lines[lines.index("SOAK-STRESSNG-END root rc=0") + 1:]
+    text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
+    assert not ok
+    assert "FAIL: stressor mmap did no work (0 bogo ops)" in text
+    assert "FAIL: stress-ng (root) did not report" in text
 
 
 @pytest.mark.skipif(not shutil.which("stress-ng"), reason="no stress-ng on this host")
 def test_stress_ng_takes_our_arguments():
     """The guest runs the host's stress-ng: --dry-run parses the command line
     (an option it lacks, like --ksm in 0.15.06, fails it) and runs nothing."""
-    proc = subprocess.run(["stress-ng", "--dry-run", *soak.stress_args(1)],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    for args in (soak.stress_args(1), soak.unconfined_args(1)):
+        proc = subprocess.run(["stress-ng", "--dry-run", *args], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr

@@ -81,7 +81,11 @@ static void __attribute__((destructor)) restore_knobs(void)
  * patches kernel text, and QEMU TCG then now and then runs a stale
  * translation of the int3 the patching used ("Oops: int3" in a function
  * with a jump label).  The tests that run in the soak check data, not
- * placement.
+ * placement: with NUMA balancing on, a hinting fault may hold a reference
+ * to a folio while move_pages() tries it (which then gives up after its
+ * retries, as it may), or move it back afterwards.  Seen in the soak of
+ * 2026-11-23: ksm.fork_contents_and_placement, the KSM folio mapped 320
+ * times, not moved in 19 of 193 runs, its data intact everywhere.
  */
 static bool numa_balancing_is_the_soaks(void)
 {
@@ -295,7 +299,8 @@ static int child_check(const struct fork_ctx *c, int idx)
 
 	if (count_bad(c->p, c->npages, child_seed(c, idx)))
 		ret |= CHILD_BAD_DATA;
-	if (idx < c->nr_sharers && count_misplaced(c->p, c->npages, c->want, 0))
+	if (idx < c->nr_sharers && !numa_balancing_is_the_soaks() &&
+	    count_misplaced(c->p, c->npages, c->want, 0))
 		ret |= CHILD_MISPLACED;
 	return ret;
 }
@@ -387,14 +392,21 @@ static unsigned long fork_migrate_check(struct __test_metadata *_metadata,
 	struct children k;
 	long ret;
 
-	ASSERT_EQ(0, count_misplaced(c->p, c->npages, NULL, 0))
-		TH_LOG("the buffer is not on node 0 before the migration");
+	if (!numa_balancing_is_the_soaks())
+		ASSERT_EQ(0, count_misplaced(c->p, c->npages, NULL, 0))
+			TH_LOG("the buffer is not on node 0 before the migration");
 	ASSERT_EQ(0, children_fork(&k, nr_children, c));
 
 	ret = migrate_range(c->p, len, folio, 1);
-	EXPECT_EQ(0, ret) TH_LOG("move_pages: %ld", ret);
-	EXPECT_EQ(0, count_misplaced(c->p, c->npages, c->want, 0))
-		TH_LOG("parent: pages not on node 1 after move_pages");
+	if (numa_balancing_is_the_soaks()) {
+		EXPECT_LE(0, ret) TH_LOG("move_pages: %ld", ret);
+		if (ret > 0)
+			TH_LOG("move_pages left %ld pages (NUMA balancing on)", ret);
+	} else {
+		EXPECT_EQ(0, ret) TH_LOG("move_pages: %ld", ret);
+		EXPECT_EQ(0, count_misplaced(c->p, c->npages, c->want, 0))
+			TH_LOG("parent: pages not on node 1 after move_pages");
+	}
 	EXPECT_EQ(0, count_bad(c->p, c->npages, c->seed));
 
 	children_go(&k);
