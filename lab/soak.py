@@ -38,9 +38,20 @@ def _group_args(stressors: tuple[str, ...], minutes: int) -> list[str]:
         ["--timeout", f"{minutes}m", "--metrics-brief"]
 
 
+# Sizes for TCG and a debug kernel, where a page fault costs ~20x native:
+# with stress-ng's defaults (vm: 256M and every method in turn, of which
+# some walk each bit; forkheavy: 4096 processes) or with vm 512M and mmap
+# 256M, vm, mmap, mremap and forkheavy did not finish one bogo op in 60 s
+# alone in the guest, nor in the 30 min of the first soak (2026-11-23);
+# with vm 256M write64, mmap 32M, mremap 32M and 64 forkheavy processes, vm
+# and mremap did, mmap and forkheavy still not in 3 min of soak.
+SIZES = ("--vm-bytes", "256M", "--vm-method", "write64", "--mmap-bytes", "4M",
+         "--mremap-bytes", "32M", "--forkheavy-procs", "16")
+
+
 def stress_args(minutes: int) -> list[str]:
     """stress-ng's command line in the memcg (lab/guest/soak runs it)."""
-    return _group_args(STRESSORS, minutes) + ["--vm-bytes", "512M", "--mmap-bytes", "256M"]
+    return _group_args(STRESSORS, minutes) + list(SIZES)
 
 
 def unconfined_args(minutes: int) -> list[str]:
