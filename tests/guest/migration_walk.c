@@ -85,7 +85,8 @@ static void __attribute__((destructor)) restore_knobs(void)
  * to a folio while move_pages() tries it (which then gives up after its
  * retries, as it may), or move it back afterwards.  Seen in the soak of
  * 2026-11-23: ksm.fork_contents_and_placement, the KSM folio mapped 320
- * times, not moved in 19 of 193 runs, its data intact everywhere.
+ * times, not moved in 19 of 193 runs (migrate_pages() failed it; which
+ * reference was in the way is not known), its data intact everywhere.
  */
 static bool numa_balancing_is_the_soaks(void)
 {
