@@ -37,6 +37,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PAGE_SIZE	4096UL
@@ -151,6 +152,15 @@ static inline long vmstat(const char *name)
 			val = strtol(line + len + 1, NULL, 10);
 	fclose(f);
 	return val;
+}
+
+/* CLOCK_MONOTONIC in ms */
+static inline long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* kB of page tables of this process */

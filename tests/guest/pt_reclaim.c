@@ -1773,14 +1773,6 @@ static void stress_log(struct __test_metadata *_metadata, struct worker *w, size
 	}
 }
 
-static double secs_since(const struct timespec *t0)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (t.tv_sec - t0->tv_sec) + (t.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
 /*
  * 10 s of racing, then the checks: well under a minute alone.  Under
  * `ptlab soak`, beside stress-ng with mmapfork filling half the guest, a
@@ -1795,10 +1787,9 @@ TEST_F_TIMEOUT(stress, dontneed_races, 300)
 	pthread_t threads[ARRAY_SIZE(stress_ops)];
 	unsigned long idle = 0;
 	long full, zapped, refault = 0, unmapped;
-	struct timespec t0;
+	long t0 = now_ms();
 	int status;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (!s->two_nodes)
 		TH_LOG("one NUMA node: no migration");
 	if (s->dio_fd < 0)
@@ -1833,7 +1824,7 @@ TEST_F_TIMEOUT(stress, dontneed_races, 300)
 	stress_log(_metadata, w, nr);
 	TH_LOG("%-22s %8lu done, %lu failed (errno %d)", "process_vm_readv",
 	       s->sh->child_reads, s->sh->child_errors, s->sh->child_errno);
-	TH_LOG("race over and joined at %.1f s", secs_since(&t0));
+	TH_LOG("race over and joined at %.1f s", (now_ms() - t0) / 1000.0);
 	EXPECT_TRUE(WIFEXITED(status) && !WEXITSTATUS(status));
 	EXPECT_EQ(0, s->errors) TH_LOG("%s: errno %d", s->last_op, s->last_errno);
 	EXPECT_EQ(0, s->bad) TH_LOG("page %lu held %#lx", s->bad_idx, s->bad_val);
@@ -1849,7 +1840,7 @@ TEST_F_TIMEOUT(stress, dontneed_races, 300)
 
 	/* every page holds its tag or zero */
 	EXPECT_EQ(0, count_unlike(s->p, 0, STRESS_PAGES, STRESS_SEED, TAG_OR_ZERO));
-	TH_LOG("data checked at %.1f s", secs_since(&t0));
+	TH_LOG("data checked at %.1f s", (now_ms() - t0) / 1000.0);
 	/*
 	 * pmd: the write after DONTNEED needs a PMD table again; munmap then
 	 * frees it with the PTE table, leaving VmPTE where DONTNEED left it.
@@ -1866,7 +1857,7 @@ TEST_F_TIMEOUT(stress, dontneed_races, 300)
 	s->p = NULL;
 	unmapped = vmpte_kb();
 	TH_LOG("VmPTE %ld kB populated, %ld after DONTNEED, %ld after munmap (%.1f s)",
-	       full, zapped, unmapped, secs_since(&t0));
+	       full, zapped, unmapped, (now_ms() - t0) / 1000.0);
 	if (s->pmd)
 		TH_LOG("%lu of %lu whole zaps under the write lock freed the PMD table; "
 		       "after the last DONTNEED a write needed %ld tables",

@@ -61,14 +61,6 @@ static void *faulter(void *arg_)
 	}
 }
 
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Read one message within @ms; 1 if one came, 0 if none, -errno */
 static int read_msg(int uffd, struct uffd_msg *msg, int ms)
 {
