@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -121,6 +122,19 @@ def _one_liner(r: guest.TestRun) -> None:
     print(f"        {r.suite}/{r.test}: {summary}; exit {r.rc}, {r.secs:.0f} s", flush=True)
 
 
+_SYSCTL = re.compile(r"([a-z0-9_]+(?:\.[a-z0-9_-]+)+)=([^\s,=]+)")
+
+
+def _check_sysctl(kv: str) -> str:
+    """`--sysctl vm.name=value`, checked before anything changes state."""
+    m = _SYSCTL.fullmatch(kv)
+    if not m:
+        raise LabError(f"--sysctl {kv!r}: expected NAME=VALUE, such as vm.pte_table_reclaim=0",
+                       hint="the name as sysctl(8) writes it (dots); one value, without "
+                            "spaces or commas")
+    return kv
+
+
 def cmd_test(args) -> int:
     kernel = "vanilla" if args.vanilla else "patched"
     if args.record_baseline and kernel != "vanilla":
@@ -130,6 +144,10 @@ def cmd_test(args) -> int:
     if args.record_baseline and base != args.profile:
         raise LabError(f"the {args.profile} profile is judged by the {base} baseline",
                        hint=f"ptlab test --vanilla --record-baseline --profile {base}")
+    if args.sysctl and args.record_baseline:
+        raise LabError("a baseline is recorded with the kernel's own sysctl values",
+                       hint="ptlab test --vanilla --record-baseline, without --sysctl")
+    sysctls = [_check_sysctl(kv) for kv in args.sysctl]
     tests = suites.select(args.only)        # a typo stops here, before anything changes
     if args.timeout < 1:
         raise LabError("--timeout must be at least 1 second")
@@ -143,13 +161,14 @@ def cmd_test(args) -> int:
     # before the boot: an interrupted run can be judged with `ptlab parse`
     meta = {"kernel": kernel, "version": tree.kernel_version(tree.src_dir(kernel)),
             "profile": args.profile, "accel": guest.probe_accel(vmlinux),
-            "tests": [f"{t.suite}/{t.test}" for t in tests]}
+            "tests": [f"{t.suite}/{t.test}" for t in tests], "sysctls": sysctls}
     (run_dir / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
     step(f"boot {kernel} ({args.profile}) and run {len(tests)} test programs; "
          f"logs in {run_dir}")
     out = guest.boot(vmlinux, [t.plan() for t in tests], bins, run_dir,
                      timeout=args.timeout, on_test=_one_liner,
-                     features=kconfig.feature_sysctls() if kernel == "patched" else [])
+                     features=kconfig.feature_sysctls() if kernel == "patched" else [],
+                     sysctls=sysctls)
     info(f"guest: {out.boot}; {out.wall:.0f} s")
     return report(run_dir, out, tests, meta, extra, args.record_baseline)
 
@@ -189,6 +208,8 @@ def report(run_dir: Path, out: guest.Outcome, tests: list, meta: dict, extra: Co
                  "accel": meta["accel"]}
         own = [c for c in cases if c.suite not in ("console", "guest")]
         print(f"\nbaseline written: {results.record_baseline(meta['profile'], own, bmeta)}")
+    if meta.get("sysctls"):
+        print("\nsysctls set for this run: " + ", ".join(meta["sysctls"]))
     print(f"\nlogs: {run_dir}")
     print(results.closing_line(cases, extra))
     return 1 if results.failed(cases, extra) else 0
@@ -276,6 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-unit", action="store_true", help="skip the lab's pytest unit tests")
     s.add_argument("--timeout", type=int, default=3600,
                    help="seconds for the whole guest run (default 3600)")
+    s.add_argument("--sysctl", action="append", default=[], metavar="NAME=VALUE",
+                   help="set a sysctl at boot, for the whole plan (repeatable), e.g. "
+                        "vm.pte_table_reclaim=0; the run fails if the kernel lacks it. "
+                        "Judged against the same vanilla baseline")
     s.set_defaults(fn=cmd_test)
     s = sub.add_parser("bench", help="benchmarks, vanilla vs patched (the README's command)")
     s.add_argument("only", nargs="*", metavar="BENCH",

@@ -179,22 +179,33 @@ def _parse_channel(text: str) -> Channel:
     return ch
 
 
+def kernel_params(features: list[str], sysctls: list[str]) -> list[str]:
+    """What boot() adds to the kernel command line for the guest's init."""
+    params = [f"sysctl.{kv}" for kv in sysctls]
+    if sysctls:
+        params.append("ptlab.sysctls=" + ",".join(sysctls))
+    if features:
+        params.append("ptlab.features=" + ",".join(features))
+    return params
+
+
 def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
          accel: str | None = None, timeout: int = 3600, machine: Machine = DEFAULT,
-         quiet: bool = False, on_test=None, features: list[str] = ()) -> Outcome:
+         quiet: bool = False, on_test=None, features: list[str] = (),
+         sysctls: list[str] = ()) -> Outcome:
     """Boot, run the plan, power off. `on_test(run)` is called as each test ends.
     `features`: sysctls the kernel must have (ptlab.features=): the guest
     fails the run without one, and tells the tests (PTLAB_FEATURES) that
-    their absence is not a vanilla kernel."""
+    their absence is not a vanilla kernel.  `sysctls`: "name=value" items
+    the kernel sets at boot (its own sysctl.name=value parameters); the
+    guest reads each back and fails the run if one is missing or differs."""
     workdir.mkdir(parents=True, exist_ok=True)
     cpio = make_initramfs(workdir, plan, bins)
     accel = accel or probe_accel(vmlinux)
     console, results = workdir / "console.log", workdir / "results.txt"
     for f in (console, results):
         f.write_text("")
-    if features:
-        machine = replace(machine, cmdline=(*machine.cmdline,
-                                            "ptlab.features=" + ",".join(features)))
+    machine = replace(machine, cmdline=(*machine.cmdline, *kernel_params(features, sysctls)))
     args = machine.qemu_args(accel, str(vmlinux), str(cpio),
                              ["-serial", f"file:{console}"], f"file:{results}")
     (workdir / "qemu-cmdline").write_text(" ".join(args) + "\n")

@@ -1,7 +1,7 @@
 """Newcomer paths (issue 11, item 8): a clear error, nothing changed."""
 import pytest
 
-from lab import cli, results
+from lab import cli, guest, results
 from lab.common import LabError
 
 
@@ -50,3 +50,26 @@ def test_every_option_has_help():
             if not isinstance(a, argparse._HelpAction):
                 assert a.help, f"ptlab {name} {a.option_strings or a.dest}: no help"
     assert all(c.help for c in subs._choices_actions)
+
+
+@pytest.mark.parametrize("bad", ["vm.x", "=1", "vm=1", "vm.x=1 2", "vm.x=1,vm.y=2", "Vm.x=1"])
+def test_a_malformed_sysctl_changes_nothing(tmp_path, monkeypatch, capsys, bad):
+    monkeypatch.setenv("PTLAB_CACHE", str(tmp_path))
+    assert cli.main(["test", "--no-unit", "--sysctl", bad, "cow"]) == 2
+    assert "expected NAME=VALUE" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_no_baseline_with_a_sysctl(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PTLAB_CACHE", str(tmp_path))
+    assert cli.main(["test", "--vanilla", "--record-baseline",
+                     "--sysctl", "vm.overcommit_memory=1"]) == 2
+    assert "baseline is recorded with the kernel's own sysctl values" in capsys.readouterr().err
+
+
+def test_sysctls_reach_the_kernel_and_the_guest():
+    """The kernel sets sysctl.name=value itself; init checks ptlab.sysctls."""
+    assert guest.kernel_params(["vm.a"], ["vm.b=2", "kernel.c=0"]) == [
+        "sysctl.vm.b=2", "sysctl.kernel.c=0", "ptlab.sysctls=vm.b=2,kernel.c=0",
+        "ptlab.features=vm.a"]
+    assert guest.kernel_params([], []) == []
