@@ -28,7 +28,7 @@ from .qemu_config import DEFAULT, Machine
 
 INIT = Path(__file__).resolve().parent / "guest" / "init"
 HELPERS = [Path(__file__).resolve().parent / "guest" / n for n in ("with-hugepages", "soak")]
-HOST_TOOLS = ("stress-ng", "numactl", "migratepages")
+HOST_TOOLS = ("stress-ng", "numactl", "migratepages", "setpriv")
 
 
 @dataclass

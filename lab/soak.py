@@ -85,6 +85,7 @@ class SoakResult:
     bogo_ops: dict[str, int] = field(default_factory=dict)
     stress_failed: list[str] = field(default_factory=list)
     stress_rc: dict[str, int] = field(default_factory=dict)   # per group: memcg, root
+    reported: dict[str, set] = field(default_factory=dict)    # per group: who printed metrics
     races: dict[str, tuple[int, int]] = field(default_factory=dict)
     race_logs: dict[str, list[str]] = field(default_factory=dict)
     memcg: str = ""
@@ -99,6 +100,14 @@ class SoakResult:
             elif self.stress_rc[group]:
                 out.append(f"stress-ng ({group}) exited with {self.stress_rc[group]}")
         out += [f"stress-ng: stressor failed: {s}" for s in self.stress_failed]
+        # a stressor that died (stress-ng 0.15.06's madvise, killed by the
+        # SIGBUS of its own MADV_HWPOISON as root, 2026-11-24) prints no
+        # metrics line, and its death showed only as stress-ng's exit status
+        for group, asked in zip(GROUPS, (STRESSORS, UNCONFINED)):
+            if group in self.stress_rc:
+                out += [f"stressor {n} ({group}) printed no metrics: it died or never ran"
+                        f" (its stress-ng log is in results.txt)"
+                        for n in asked if n not in self.reported.get(group, ())]
         if self.stress_rc and not self.bogo_ops:
             out.append("stress-ng printed no metrics")
         # a stressor that did nothing did not soak anything
@@ -112,7 +121,7 @@ class SoakResult:
 
 def parse(lines: list[str]) -> SoakResult:
     res = SoakResult()
-    log_of = None
+    log_of = group = None
     for line in lines:
         if line.startswith("SOAK-RACE-LOG-BEGIN "):
             log_of = line.split()[1]
@@ -129,8 +138,11 @@ def parse(lines: list[str]) -> SoakResult:
             res.switches[path] = value.strip()
         elif m := _RACE.match(line):
             res.races[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+        elif line.startswith("SOAK-STRESSNG-BEGIN "):
+            group = line.split()[1]
         elif m := re.match(r"SOAK-STRESSNG-END (\w+) rc=(\d+)", line):
             res.stress_rc[m.group(1)] = int(m.group(2))
+            group = None
         elif line.startswith("SOAK-MEMCG "):
             res.memcg = (res.memcg + " " + line[len("SOAK-MEMCG "):]).strip()
         elif line.startswith("SOAK-VMSTAT "):
@@ -144,6 +156,7 @@ def parse(lines: list[str]) -> SoakResult:
         elif m := _METRIC.search(line):
             if m.group(1) != "stressor":
                 res.bogo_ops[m.group(1)] = int(m.group(2))
+                res.reported.setdefault(group, set()).add(m.group(1))
     return res
 
 

@@ -34,6 +34,10 @@ SOAK-STRESSNG-END root rc=0
 SOAK-MEMCG oom 0 oom_kill 0
 SOAK-VMSTAT pswpout 1234 pt_reclaim_pte_freed 99
 """.splitlines()
+# every other stressor the soak asks for in the memcg reports too
+_DONE = GOOD.index("stress-ng: info:  [210] successful run completed in 3.08s")
+GOOD[_DONE:_DONE] = [f"stress-ng: metrc: [210] {n:16} 5      3.01      0.26      0.18     1.0     1.0"
+                     for n in soak.STRESSORS if n not in ("fork", "mmap", "tlb-shootdown")]
 
 
 def _outcome(tmp_path: Path, finished=True, splats=()):
@@ -43,7 +47,9 @@ def _outcome(tmp_path: Path, finished=True, splats=()):
 
 def test_good_run_passes(tmp_path):
     res = soak.parse(GOOD)
-    assert res.bogo_ops == {"fork": 379, "mmap": 13, "tlb-shootdown": 7, "mmapfork": 41}
+    assert {n: res.bogo_ops[n] for n in ("fork", "mmap", "tlb-shootdown", "mmapfork")} == \
+        {"fork": 379, "mmap": 13, "tlb-shootdown": 7, "mmapfork": 41}
+    assert set(res.bogo_ops) == set(soak.STRESSORS) | set(soak.UNCONFINED)
     assert res.races == {"migration-stress": (12, 0), "sweep-vs-munmap": (40, 0)}
     assert res.stress_rc == {"memcg": 0, "root": 0}
     assert "pt_reclaim_pte_freed 99" in res.vmstat
@@ -94,6 +100,22 @@ def test_idle_stressor_or_missing_group_fails(tmp_path):
     assert not ok
     assert "FAIL: stressor mmap did no work (0 bogo ops)" in text
     assert "FAIL: stress-ng (root) did not report" in text
+
+
+def test_stressor_without_metrics_fails(tmp_path):
+    """stress-ng 0.15.06's madvise died of the SIGBUS of its own MADV_HWPOISON
+    in every soak until 2026-11-24, and printed no metrics line: only the
+    exit status (2) showed it, and nothing said which stressor it was."""
+    lines = [l for l in GOOD if not l.startswith("stress-ng: metrc: [210] madvise ")]
+    text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
+    assert not ok
+    assert "FAIL: stressor madvise (memcg) printed no metrics" in text
+    # the same name in the other group does not count for this one
+    lines = [l for l in GOOD if not l.startswith("stress-ng: metrc: [211] mmapfork ")]
+    lines.insert(lines.index("SOAK-STRESSNG-END memcg rc=0"),
+                 "stress-ng: metrc: [210] mmapfork            41   1800.10  12.00  300.00  0.02  0.13")
+    text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
+    assert "FAIL: stressor mmapfork (root) printed no metrics" in text
 
 
 @pytest.mark.skipif(not shutil.which("stress-ng"), reason="no stress-ng on this host")
