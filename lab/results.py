@@ -159,7 +159,7 @@ def judge_run(out, tests: list[Test], profile: str, kernel: str) -> list[Case]:
                           note=f"{sp.kind} at console.log:{sp.line}"))
     for what in out.setup:
         cases.append(Case("guest", "setup", what, "error", verdict="fail",
-                          note="the guest lacks it"))
+                          note="the guest could not set up the run asked for"))
     if not out.finished:
         cases.append(Case("guest", "plan", "<the guest did not finish the plan>", "error",
                           verdict="fail", note=f"console: {out.console}"))
