@@ -1,18 +1,23 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * COW page tables at fork (CONFIG_COW_PTE): the switches.  WIP: moves to
- * tests/guest/ with the series' stage 2, and grows the 17 scenarios of
- * ../shared/design/cow-pte.md there.
+ * COW page tables at fork (CONFIG_COW_PTE).  WIP: moves to tests/guest/
+ * with the series' stage 2.
  *
- * vm.cow_pte takes 0, 1 (default) and 2, nothing else; PR_SET_COW_PTE takes
- * 0 or 1 with zero arguments after it, PR_GET_COW_PTE only zeros; fork
- * inherits the flag, exec drops it.
+ * The switches: vm.cow_pte takes 0, 1 (default) and 2, nothing else;
+ * PR_SET_COW_PTE takes 0 or 1 with zero arguments after it, PR_GET_COW_PTE
+ * only zeros; fork inherits the flag, exec drops it.
+ *
+ * The scenarios of ../shared/design/cow-pte.md, data checked page by page
+ * in every process: each page carries a tag naming who wrote it last, and
+ * every process checks every page it can see against what it must see.
+ * On a kernel with the feature, the vmstat counters prove the tables were
+ * shared and broken: a scenario that shared nothing checked nothing.
  */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -107,6 +112,526 @@ TEST(fork_inherits_exec_drops)
 	EXPECT_NE(11, WEXITSTATUS(status)) TH_LOG("exec failed");
 	EXPECT_EQ(0, WEXITSTATUS(status)) TH_LOG("exec kept the flag");
 	ASSERT_EQ(0, prctl(PR_SET_COW_PTE, 0, 0, 0, 0));
+}
+
+/* --- the scenarios ---------------------------------------------------- */
+
+#define TABLES		8			/* PTE tables of an area */
+#define AREA		(TABLES * SZ_2M)
+#define PAGES		(AREA / PAGE_SIZE)
+#define PER_TABLE	(SZ_2M / PAGE_SIZE)
+
+/* The tag of page @i written by writer @who (1: the first parent) */
+static unsigned long tag(int who, unsigned long i)
+{
+	return (unsigned long)who << 32 | i;
+}
+
+static void fill(char *p, unsigned long first, unsigned long n, int who)
+{
+	for (unsigned long i = first; i < first + n; i++)
+		write_tag(p + i * PAGE_SIZE, tag(who, i));
+}
+
+/* Pages of [first, first + n) whose tag is not @who's: 0 when all are */
+static unsigned long count_bad(char *p, unsigned long first, unsigned long n,
+			       int who)
+{
+	unsigned long bad = 0;
+
+	for (unsigned long i = first; i < first + n; i++) {
+		char *page = p + i * PAGE_SIZE;
+
+		if (load_word(first_word(page)) != tag(who, i) ||
+		    load_word(last_word(page)) != tag(who, i))
+			bad++;
+	}
+	return bad;
+}
+
+/* Pages of [first, first + n) that read anything but zeros */
+static unsigned long count_nonzero(char *p, unsigned long first,
+				   unsigned long n)
+{
+	unsigned long bad = 0;
+
+	for (unsigned long i = first; i < first + n; i++)
+		if (load_word(first_word(p + i * PAGE_SIZE)) ||
+		    load_word(last_word(p + i * PAGE_SIZE)))
+			bad++;
+	return bad;
+}
+
+enum { SHARE, BREAK, REUSE, ADOPT, DROP, NR_COUNTERS };
+static const char * const counter_names[NR_COUNTERS] = {
+	"cow_pte_share", "cow_pte_break", "cow_pte_reuse", "cow_pte_adopt",
+	"cow_pte_drop",
+};
+
+struct counters {
+	long v[NR_COUNTERS];
+};
+
+static void read_counters(struct counters *c)
+{
+	for (int i = 0; i < NR_COUNTERS; i++)
+		c->v[i] = vmstat(counter_names[i]);
+}
+
+/* How much each counter moved since @c, logged */
+static void counters_since(struct __test_metadata *_metadata,
+			   const struct counters *c, struct counters *delta)
+{
+	struct counters now;
+
+	read_counters(&now);
+	for (int i = 0; i < NR_COUNTERS; i++)
+		delta->v[i] = now.v[i] - c->v[i];
+	TH_LOG("share %ld break %ld reuse %ld adopt %ld drop %ld",
+	       delta->v[SHARE], delta->v[BREAK], delta->v[REUSE],
+	       delta->v[ADOPT], delta->v[DROP]);
+}
+
+/* PageTables of /proc/meminfo, kB */
+static long pagetables_kb(void)
+{
+	char line[128];
+	long val = -1;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "PageTables:", 11))
+			val = strtol(line + 11, NULL, 10);
+	fclose(f);
+	return val;
+}
+
+/*
+ * A pipe each way between a process and its child: the one side steps,
+ * the other waits for it.  A lost peer reads as an exit of the waiter.
+ */
+struct chan {
+	int down[2], up[2];
+};
+
+static int chan_open(struct chan *ch)
+{
+	return pipe(ch->down) || pipe(ch->up) ? -1 : 0;
+}
+
+static void chan_put(int fd)
+{
+	if (write(fd, "x", 1) != 1)
+		_exit(100);
+}
+
+static void chan_get(int fd)
+{
+	char c;
+
+	if (read(fd, &c, 1) != 1)
+		_exit(101);
+}
+
+/* A result from a process that is not our child (an orphan) */
+static void chan_send(int fd, int code)
+{
+	unsigned char c = code;
+
+	if (write(fd, &c, 1) != 1)
+		_exit(100);
+}
+
+/* What chan_send() sent, or -1 if every writer is gone */
+static int chan_recv(int fd)
+{
+	unsigned char c;
+
+	return read(fd, &c, 1) == 1 ? c : -1;
+}
+
+/* The exit status of @pid, or -1 if it did not exit */
+static int reap(pid_t pid)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+		return -1;
+	return WEXITSTATUS(status);
+}
+
+struct scen {
+	char *p;
+	bool feature;		/* the kernel has COW page tables */
+	struct counters before;
+	long pagetables;
+};
+
+/* A filled area, the process opted in, the counters before its fork */
+static void scen_setup(struct __test_metadata *_metadata, struct scen *s)
+{
+	s->feature = switch_present(COW_PTE_SYSCTL);
+	s->p = map_aligned(AREA, SZ_2M, PROT_READ | PROT_WRITE);
+	ASSERT_NE(NULL, s->p);
+	ASSERT_EQ(0, madvise(s->p, AREA, MADV_NOHUGEPAGE));
+	fill(s->p, 0, PAGES, 1);
+	if (s->feature)
+		ASSERT_EQ(0, prctl(PR_SET_COW_PTE, 1, 0, 0, 0));
+	s->pagetables = pagetables_kb();
+	read_counters(&s->before);
+}
+
+/*
+ * After every process of the scenario is gone but this one: what the
+ * counters say, and page-table memory back where it was (RCU frees
+ * tables late: wait up to a second).
+ */
+static void scen_check(struct __test_metadata *_metadata, struct scen *s,
+		       long min_shares)
+{
+	struct counters d;
+	long pt = pagetables_kb();
+
+	for (int i = 0; i < 100 && pt > s->pagetables; i++) {
+		usleep(10 * 1000);
+		pt = pagetables_kb();
+	}
+	counters_since(_metadata, &s->before, &d);
+	TH_LOG("PageTables %ld kB before the fork, %ld after", s->pagetables,
+	       pt);
+	EXPECT_LE(pt, s->pagetables + 8);
+	if (s->feature)
+		EXPECT_LE(min_shares, d.v[SHARE]) TH_LOG("nothing was shared");
+}
+
+/*
+ * 1. Writes stay private both ways: the child writes two tables, the
+ * parent two others after the child's; each sees its own and the other
+ * side's never, and the tables nobody wrote stay the first parent's.
+ */
+TEST(writes_private_both_ways)
+{
+	struct scen s;
+	struct chan ch;
+	pid_t pid;
+
+	scen_setup(_metadata, &s);
+	ASSERT_EQ(0, chan_open(&ch));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		if (count_bad(s.p, 0, PAGES, 1))
+			_exit(1);
+		fill(s.p, 0, 2 * PER_TABLE, 2);
+		if (count_bad(s.p, 2 * PER_TABLE, 6 * PER_TABLE, 1))
+			_exit(2);
+		chan_put(ch.up[1]);
+		chan_get(ch.down[0]);
+		if (count_bad(s.p, 0, 2 * PER_TABLE, 2) ||
+		    count_bad(s.p, 2 * PER_TABLE, 6 * PER_TABLE, 1))
+			_exit(3);
+		_exit(0);
+	}
+	chan_get(ch.up[0]);
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1)) TH_LOG("the child's writes show");
+	fill(s.p, 6 * PER_TABLE, 2 * PER_TABLE, 3);
+	chan_put(ch.down[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("1: child saw other data; 2, 3: its writes leaked");
+	EXPECT_EQ(0, count_bad(s.p, 0, 6 * PER_TABLE, 1));
+	EXPECT_EQ(0, count_bad(s.p, 6 * PER_TABLE, 2 * PER_TABLE, 3));
+	/* the tables only the parent holds now: private again, in place */
+	fill(s.p, 0, PAGES, 4);
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 4));
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES);
+}
+
+/* 2. A child that exits without writing: its tables are dropped, not copied */
+TEST(child_exits_without_writing)
+{
+	struct counters d;
+	struct scen s;
+	pid_t pid;
+
+	scen_setup(_metadata, &s);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid)
+		_exit(count_bad(s.p, 0, PAGES, 1) ? 1 : 0);
+	EXPECT_EQ(0, reap(pid));
+	fill(s.p, 0, PAGES, 2);
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 2));
+	counters_since(_metadata, &s.before, &d);
+	if (s.feature) {
+		EXPECT_LE(TABLES, d.v[DROP]) TH_LOG("the child's exit copied or kept tables");
+		EXPECT_LE(TABLES, d.v[REUSE]) TH_LOG("the parent's writes copied tables");
+	}
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES);
+}
+
+/*
+ * 3. The parent exits first: the child, last holder of tables it does not
+ * own, adopts them (their RSS, their pages no longer exclusive) and writes.
+ */
+TEST(parent_exits_first)
+{
+	struct scen s;
+	struct chan ch;
+	pid_t mid;
+
+	s.feature = switch_present(COW_PTE_SYSCTL);
+	ASSERT_EQ(0, chan_open(&ch));
+	read_counters(&s.before);
+	s.pagetables = pagetables_kb();
+	mid = fork();
+	ASSERT_LE(0, mid);
+	if (!mid) {
+		/* the parent of the scenario, which exits before its child */
+		struct scen m;
+		pid_t pid;
+
+		scen_setup(_metadata, &m);
+		pid = fork();
+		if (pid < 0)
+			_exit(1);
+		if (!pid) {
+			int code = 0;
+
+			chan_get(ch.down[0]);	/* its parent is gone */
+			if (count_bad(m.p, 0, PAGES, 1))
+				code = 2;
+			fill(m.p, 0, PAGES, 2);
+			if (!code && count_bad(m.p, 0, PAGES, 2))
+				code = 3;
+			/* what it maps is its own: VmRSS counts every page */
+			if (!code && status_kb("VmRSS:") < (long)(AREA >> 10))
+				code = 4;
+			chan_send(ch.up[1], code);
+			_exit(0);
+		}
+		_exit(0);
+	}
+	close(ch.up[1]);
+	EXPECT_EQ(0, reap(mid));
+	chan_put(ch.down[1]);
+	EXPECT_EQ(0, chan_recv(ch.up[0]))
+		TH_LOG("the orphan: 2 saw other data, 3 lost its writes, 4 VmRSS short, -1 died");
+	scen_check(_metadata, &s, TABLES);
+	if (s.feature) {
+		struct counters d;
+
+		counters_since(_metadata, &s.before, &d);
+		EXPECT_LE(TABLES, d.v[ADOPT]) TH_LOG("the orphan did not adopt its tables");
+	}
+}
+
+/*
+ * 4. Three holders: a grandchild shares what its parent shares with its
+ * own parent.  Each writes its own tables; the middle one exits first.
+ */
+TEST(grandchildren)
+{
+	struct scen s;
+	struct chan b;
+	pid_t mid;
+
+	scen_setup(_metadata, &s);
+	ASSERT_EQ(0, chan_open(&b));
+	mid = fork();
+	ASSERT_LE(0, mid);
+	if (!mid) {
+		pid_t pid = fork();
+
+		if (pid < 0)
+			_exit(1);
+		if (!pid) {
+			chan_get(b.down[0]);	/* the middle one is gone */
+			if (count_bad(s.p, 0, PAGES, 1)) {
+				chan_send(b.up[1], 2);
+				_exit(0);
+			}
+			fill(s.p, 6 * PER_TABLE, 2 * PER_TABLE, 3);
+			chan_send(b.up[1], count_bad(s.p, 6 * PER_TABLE,
+						     2 * PER_TABLE, 3) ? 3 : 0);
+			_exit(0);
+		}
+		/* the grandchild forked before these writes */
+		fill(s.p, 4 * PER_TABLE, 2 * PER_TABLE, 2);
+		_exit(count_bad(s.p, 0, 4 * PER_TABLE, 1) ? 4 : 0);
+	}
+	close(b.up[1]);
+	EXPECT_EQ(0, reap(mid)) TH_LOG("the middle process saw other data");
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1));
+	chan_put(b.down[1]);
+	EXPECT_EQ(0, chan_recv(b.up[0]))
+		TH_LOG("the grandchild: 2 saw other data, 3 lost its writes, -1 died");
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1)) TH_LOG("a descendant's writes show");
+	fill(s.p, 0, PAGES, 5);
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, 2 * TABLES);
+}
+
+/*
+ * 5. Neighbours inside one 2 MiB that fork does not copy as it is
+ * (DONTFORK: absent in the child; WIPEONFORK: zeros there): the table
+ * they lie in is copied, the others shared, and the data is right in both.
+ */
+TEST(dontfork_wipeonfork_neighbours)
+{
+	const unsigned long hole = 16, wipe = 32;	/* pages of table 0 */
+	unsigned char vec;
+	struct scen s;
+	pid_t pid;
+
+	scen_setup(_metadata, &s);
+	ASSERT_EQ(0, madvise(s.p + hole * PAGE_SIZE, PAGE_SIZE, MADV_DONTFORK));
+	ASSERT_EQ(0, madvise(s.p + wipe * PAGE_SIZE, 4 * PAGE_SIZE,
+			     MADV_WIPEONFORK));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		if (!mincore(s.p + hole * PAGE_SIZE, PAGE_SIZE, &vec) ||
+		    errno != ENOMEM)
+			_exit(1);
+		if (count_nonzero(s.p, wipe, 4))
+			_exit(2);
+		if (count_bad(s.p, 0, hole, 1) ||
+		    count_bad(s.p, hole + 1, wipe - hole - 1, 1) ||
+		    count_bad(s.p, wipe + 4, PAGES - wipe - 4, 1))
+			_exit(3);
+		fill(s.p, 0, hole, 2);
+		fill(s.p, PER_TABLE, PER_TABLE, 2);
+		_exit(0);
+	}
+	EXPECT_EQ(0, reap(pid)) TH_LOG("1: DONTFORK page mapped, 2: WIPEONFORK not wiped, 3: data");
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1));
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES - 1);
+}
+
+/*
+ * 6. The child changes part of a shared range: MADV_DONTNEED of half a
+ * table, munmap of half another, mprotect of a third, mremap of two whole
+ * tables elsewhere; the parent's data never moves.
+ */
+TEST(child_changes_part_of_a_range)
+{
+	const unsigned long half = PER_TABLE / 2;
+	struct scen s;
+	pid_t pid;
+
+	scen_setup(_metadata, &s);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		char *to, *q;
+
+		if (madvise(s.p + half * PAGE_SIZE, half * PAGE_SIZE, MADV_DONTNEED))
+			_exit(1);
+		if (count_nonzero(s.p, half, half) || count_bad(s.p, 0, half, 1))
+			_exit(2);
+		if (munmap(s.p + (PER_TABLE + half) * PAGE_SIZE, half * PAGE_SIZE))
+			_exit(3);
+		if (count_bad(s.p, PER_TABLE, half, 1))
+			_exit(4);
+		if (mprotect(s.p + 2 * SZ_2M, SZ_2M, PROT_READ) ||
+		    count_bad(s.p, 2 * PER_TABLE, PER_TABLE, 1))
+			_exit(5);
+		to = map_aligned(2 * SZ_2M, SZ_2M, PROT_NONE);
+		if (!to)
+			_exit(6);
+		q = mremap(s.p + 4 * SZ_2M, 2 * SZ_2M, 2 * SZ_2M,
+			   MREMAP_MAYMOVE | MREMAP_FIXED, to);
+		if (q != to)
+			_exit(7);
+		for (unsigned long i = 0; i < 2 * PER_TABLE; i++)
+			if (load_word(first_word(q + i * PAGE_SIZE)) !=
+			    tag(1, 4 * PER_TABLE + i))
+				_exit(8);
+		fill(s.p, 0, half, 2);
+		fill(s.p, 6 * PER_TABLE, 2 * PER_TABLE, 2);
+		for (unsigned long i = 0; i < 2 * PER_TABLE; i++)
+			write_tag(q + i * PAGE_SIZE, tag(2, i));
+		_exit(0);
+	}
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's step that failed: exit code");
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1));
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES);
+}
+
+/* 7. Swapped-out entries in a shared table, swapped in from either side */
+TEST(swap_entries_either_side)
+{
+	struct scen s;
+	pid_t pid;
+	FILE *f = fopen("/proc/swaps", "r");
+	char line[256];
+	int lines = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		lines++;
+	if (f)
+		fclose(f);
+	if (lines < 2)
+		SKIP(return, "no swap");
+	scen_setup(_metadata, &s);
+	ASSERT_EQ(0, madvise(s.p, AREA, MADV_PAGEOUT));
+	TH_LOG("%ld kB resident after PAGEOUT", status_kb("VmRSS:"));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		if (count_bad(s.p, 0, 4 * PER_TABLE, 1))
+			_exit(1);
+		fill(s.p, 0, 2 * PER_TABLE, 2);
+		_exit(count_bad(s.p, 0, 2 * PER_TABLE, 2) ? 2 : 0);
+	}
+	EXPECT_EQ(0, count_bad(s.p, 4 * PER_TABLE, 4 * PER_TABLE, 1));
+	EXPECT_EQ(0, reap(pid));
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1));
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES);
+}
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE	25
+#endif
+
+/*
+ * 8. The child mlocks one table and collapses another into a THP
+ * (MADV_COLLAPSE): both break the share first; the parent's pages and data
+ * stay as they were.
+ */
+TEST(child_mlocks_and_collapses)
+{
+	struct scen s;
+	pid_t pid;
+
+	scen_setup(_metadata, &s);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		if (mlock(s.p, SZ_2M))
+			_exit(1);
+		if (count_bad(s.p, 0, PER_TABLE, 1))
+			_exit(2);
+		if (madvise(s.p + SZ_2M, SZ_2M, MADV_HUGEPAGE))
+			_exit(3);
+		/* EINVAL: no THP in this kernel; else it must collapse */
+		if (madvise(s.p + SZ_2M, SZ_2M, MADV_COLLAPSE) && errno != EINVAL)
+			_exit(4);
+		if (count_bad(s.p, PER_TABLE, PER_TABLE, 1))
+			_exit(5);
+		fill(s.p, 0, 2 * PER_TABLE, 2);
+		_exit(count_bad(s.p, 0, 2 * PER_TABLE, 2) ? 6 : 0);
+	}
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's step that failed: exit code");
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1));
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES);
 }
 
 int main(int argc, char **argv)
