@@ -243,12 +243,12 @@ def cmd_soak(args) -> int:
     plan = [guest.PlanItem("soak", "soak", secs + 600,
                            ["soak", str(args.minutes), args.memcg_limit,
                             ",".join(soak.unconfined_args(args.minutes)),
-                            *soak.stress_args(args.minutes)])]
+                            *soak.stress_args(args.minutes, args.profile)])]
     step(f"boot patched ({args.profile}) and soak for {args.minutes} min; logs in {run_dir}")
     out = guest.boot(vmlinux, plan, bins, run_dir, timeout=secs + 900,
                      features=kconfig.feature_sysctls())
-    res = soak.parse(out.runs[0].output if out.runs else [])
-    text, ok = soak.report(res, out, args.minutes)
+    res = soak.parse(out.runs[0].output if out.runs else [], args.profile)
+    text, ok = soak.report(res, out, args.minutes, args.profile)
     (run_dir / "soak.txt").write_text(text + "\n")
     print(text)
     print(f"\nlogs: {run_dir}")

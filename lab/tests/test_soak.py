@@ -125,3 +125,16 @@ def test_stress_ng_takes_our_arguments():
     for args in (soak.stress_args(1), soak.unconfined_args(1)):
         proc = subprocess.run(["stress-ng", "--dry-run", *args], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
+
+
+def test_a_profile_leaves_out_what_it_says():
+    """Under KASAN forkheavy is not run, so its missing metrics are no
+    failure there; the debug soak still asks for it and misses it."""
+    assert "--forkheavy" not in soak.stress_args(1, "kasan")
+    assert "--forkheavy" in soak.stress_args(1, "debug")
+    lines = [l for l in GOOD if not l.startswith("stress-ng: metrc: [210] forkheavy ")]
+    text, ok = soak.report(soak.parse(lines, "kasan"), _outcome(Path("/nonexistent")), 30, "kasan")
+    assert "left out under kasan: forkheavy" in text
+    assert "forkheavy" not in "\n".join(l for l in text.splitlines() if l.startswith("FAIL"))
+    text, ok = soak.report(soak.parse(lines, "debug"), _outcome(Path("/nonexistent")), 30, "debug")
+    assert "FAIL: stressor forkheavy (memcg) printed no metrics" in text
