@@ -241,7 +241,8 @@ def cmd_soak(args) -> int:
     bins = [ours / "pt_reclaim", ours / "migration_walk"]
     secs = args.minutes * 60
     plan = [guest.PlanItem("soak", "soak", secs + 600,
-                           ["soak", str(args.minutes), args.memcg_limit,
+                           ["soak", str(args.minutes),
+                            args.memcg_limit or soak.memcg_limit(args.profile),
                             ",".join(soak.unconfined_args(args.minutes)),
                             *soak.stress_args(args.minutes, args.profile)])]
     step(f"boot patched ({args.profile}) and soak for {args.minutes} min; logs in {run_dir}")
@@ -327,8 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--minutes", type=int, default=30, help="how long (default 30)")
     s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES),
                    help=PROFILE_HELP)
-    s.add_argument("--memcg-limit", default="1G", metavar="SIZE",
-                   help="memory.high of stress-ng's cgroup, below its load (default 1G)")
+    s.add_argument("--memcg-limit", metavar="SIZE",
+                   help="memory.high of stress-ng's cgroup, below its load (default 1G; "
+                        "512M with --profile kasan)")
     s.set_defaults(fn=cmd_soak)
     s = sub.add_parser("shell", help="boot the test kernel with a shell on this terminal")
     s.add_argument("--vanilla", action="store_true", help="boot the vanilla kernel")

@@ -51,6 +51,18 @@ UNCONFINED_SHARE = 0.5
 LEFT_OUT = {"kasan": ("forkheavy",)}
 
 
+# memory.high of the memcg, per profile: below what its stressors map, so
+# that they reclaim and swap all along.  1G holds the debug soak above it
+# (166 "high" events, peak 1.07 GB, 2026-11-24).  Under KASAN, without
+# forkheavy, the stressors go slower and the memcg peaked at 586 MB under a
+# 1G limit, with 0 "high" events (2026-11-24): 512M.
+MEMCG_LIMIT = {"kasan": "512M"}
+
+
+def memcg_limit(profile: str) -> str:
+    return MEMCG_LIMIT.get(profile, "1G")
+
+
 def stressors(profile: str) -> tuple[str, ...]:
     """The memcg's stressors for a kernel profile."""
     return tuple(s for s in STRESSORS if s not in LEFT_OUT.get(profile, ()))
@@ -105,6 +117,7 @@ class SoakResult:
     memcg: str = ""
     vmstat: str = ""
     asked: tuple[str, ...] = STRESSORS     # the memcg's stressors (stressors())
+    memcg_high: int | None = None          # memory.events "high": times above it
 
     def problems(self) -> list[str]:
         out = [f"switch {p} is missing from this kernel"
@@ -128,6 +141,11 @@ class SoakResult:
         # a stressor that did nothing did not soak anything
         out += [f"stressor {n} did no work (0 bogo ops)"
                 for n, ops in sorted(self.bogo_ops.items()) if not ops]
+        # a memcg never above its memory.high reclaimed nothing: the soak's
+        # premise (reclaim, swap and compaction all along) did not hold
+        if self.memcg_high == 0:
+            out.append("the memcg never went above memory.high: nothing reclaimed under "
+                       "the limit (a lower --memcg-limit would)")
         out += [f"race test {n}: {f} of {r} runs failed"
                 for n, (r, f) in self.races.items() if f]
         out += [f"race test {n} never ran" for n, (r, f) in self.races.items() if not r]
@@ -160,6 +178,8 @@ def parse(lines: list[str], profile: str = "debug") -> SoakResult:
             group = None
         elif line.startswith("SOAK-MEMCG "):
             res.memcg = (res.memcg + " " + line[len("SOAK-MEMCG "):]).strip()
+            if m := re.search(r"\bhigh (\d+)", line):
+                res.memcg_high = int(m.group(1))
         elif line.startswith("SOAK-VMSTAT "):
             res.vmstat = line[len("SOAK-VMSTAT "):].strip()
         elif m := _FAIL.search(line):

@@ -31,7 +31,7 @@ stress-ng: info:  [211] dispatching hogs: 1 mmapfork
 stress-ng: metrc: [211] mmapfork             41   1800.10     12.00    300.00         0.02           0.13
 stress-ng: info:  [211] successful run completed in 1800.10s
 SOAK-STRESSNG-END root rc=0
-SOAK-MEMCG oom 0 oom_kill 0
+SOAK-MEMCG high 25 oom 0 oom_kill 0
 SOAK-VMSTAT pswpout 1234 pt_reclaim_pte_freed 99
 """.splitlines()
 # every other stressor the soak asks for in the memcg reports too
@@ -138,3 +138,14 @@ def test_a_profile_leaves_out_what_it_says():
     assert "forkheavy" not in "\n".join(l for l in text.splitlines() if l.startswith("FAIL"))
     text, ok = soak.report(soak.parse(lines, "debug"), _outcome(Path("/nonexistent")), 30, "debug")
     assert "FAIL: stressor forkheavy (memcg) printed no metrics" in text
+
+
+def test_a_memcg_never_above_its_limit_fails(tmp_path):
+    """The soak's premise is reclaim under memory.high: a memcg whose
+    memory.events counted no "high" event did not soak reclaim."""
+    res = soak.parse(GOOD)
+    assert res.memcg_high == 25 and not res.problems()
+    lines = [l.replace("high 25 ", "high 0 ") for l in GOOD]
+    text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
+    assert not ok and "FAIL: the memcg never went above memory.high" in text
+    assert soak.memcg_limit("kasan") == "512M" and soak.memcg_limit("debug") == "1G"
