@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * COW page tables at fork (CONFIG_COW_PTE).  WIP: moves to tests/guest/
- * with the series' stage 2.
+ * COW page tables at fork (CONFIG_COW_PTE).
  *
  * The switches: vm.cow_pte takes 0, 1 (default) and 2, nothing else;
  * PR_SET_COW_PTE takes 0 or 1 with zero arguments after it, PR_GET_COW_PTE
