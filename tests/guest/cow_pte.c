@@ -11,13 +11,22 @@
  * every process checks every page it can see against what it must see.
  * On a kernel with the feature, the vmstat counters prove the tables were
  * shared and broken: a scenario that shared nothing checked nothing.
+ *
+ * Allocation failures: with fault injection (CONFIG_FAULT_INJECTION, the
+ * debug profile), /proc/thread-self/fail-nth makes the break's allocations
+ * fail one by one (fail_cow_pte): each syscall that breaks must fail with
+ * ENOMEM and leave nothing done, and a copy given up halfway must give
+ * back what it took.  Each such test checks that the failure it set up
+ * was injected (fail-nth reads 0 after), so it cannot pass without it.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -668,6 +677,474 @@ TEST(child_mlocks_and_collapses)
 	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1));
 	ASSERT_EQ(0, munmap(s.p, AREA));
 	scen_check(_metadata, &s, TABLES);
+}
+
+#define PM_PRESENT	(1ULL << 63)
+#define PM_PFN		((1ULL << 55) - 1)
+
+static int write_clear_refs(const char *type)
+{
+	int fd = open("/proc/self/clear_refs", O_WRONLY);
+	int ret = write(fd, type, strlen(type)) == (ssize_t)strlen(type) ? 0 : -1;
+
+	close(fd);
+	return ret;
+}
+
+/*
+ * 9. clear_refs and pagemap in a holder: clearing accessed bits (1-3)
+ * leaves shared tables alone (the debug write check warns otherwise),
+ * soft-dirty (4) breaks them; pagemap shows every page present through
+ * the shared tables, and new pages where the child wrote.
+ */
+TEST(clear_refs_and_pagemap)
+{
+	uint64_t *pfn;
+	struct scen s;
+	pid_t pid;
+	int pm;
+
+	scen_setup(_metadata, &s);
+	pfn = calloc(PAGES, sizeof(*pfn));
+	ASSERT_NE(NULL, pfn);
+	pm = open("/proc/self/pagemap", O_RDONLY);
+	ASSERT_LE(0, pm);
+	for (unsigned long i = 0; i < PAGES; i++) {
+		uint64_t ent = pagemap_entry(pm, s.p + i * PAGE_SIZE);
+
+		ASSERT_TRUE(ent & PM_PRESENT);
+		pfn[i] = ent & PM_PFN;
+	}
+	ASSERT_NE(0, pfn[0]) TH_LOG("pagemap hides PFNs: not root?");
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		if (write_clear_refs("1") || write_clear_refs("2") ||
+		    write_clear_refs("3"))
+			_exit(1);
+		if (count_bad(s.p, 0, PAGES, 1))
+			_exit(2);
+		fill(s.p, 0, PER_TABLE, 2);
+		if (write_clear_refs("4"))
+			_exit(3);
+		fill(s.p, PER_TABLE, 1, 2);
+		/* the child's own: /proc/self was the parent at the open */
+		close(pm);
+		pm = open("/proc/self/pagemap", O_RDONLY);
+		for (unsigned long i = 0; i < PAGES; i++) {
+			uint64_t ent = pagemap_entry(pm, s.p + i * PAGE_SIZE);
+			bool mine = i < PER_TABLE + 1;
+
+			/* not "same PFN" where unwritten: compaction moves pages */
+			if (!(ent & PM_PRESENT) ||
+			    (mine && (ent & PM_PFN) == pfn[i]))
+				_exit(4);
+		}
+		_exit(count_bad(s.p, 0, PER_TABLE + 1, 2) ||
+		      count_bad(s.p, PER_TABLE + 1, PAGES - PER_TABLE - 1, 1) ?
+		      5 : 0);
+	}
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's step that failed: exit code");
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1));
+	close(pm);
+	free(pfn);
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES);
+}
+
+/* --- allocation failures: fault injection ------------------------------ */
+
+#define FAIL_NTH	"/proc/thread-self/fail-nth"
+#define FAIL_COW_PTE	"/sys/kernel/debug/fail_cow_pte/"
+#define FAIL_PAGE_ALLOC	"/sys/kernel/debug/fail_page_alloc/"
+
+/* What the fault-injection tests change, put back at exit */
+static struct knob knobs[] = {
+	{ .path = FAIL_COW_PTE "probability" },
+	{ .path = FAIL_COW_PTE "times" },
+	{ .path = FAIL_COW_PTE "task-filter" },
+	{ .path = FAIL_COW_PTE "verbose" },
+	{ .path = FAIL_PAGE_ALLOC "min-order" },
+	{ .path = FAIL_PAGE_ALLOC "ignore-gfp-highmem" },
+	{ .path = FAIL_PAGE_ALLOC "verbose" },
+};
+
+static void __attribute__((constructor)) save_knobs(void)
+{
+	save_knob_list(knobs, sizeof(knobs) / sizeof(knobs[0]));
+}
+
+static void __attribute__((destructor)) restore_knobs(void)
+{
+	restore_knob_list(knobs, sizeof(knobs) / sizeof(knobs[0]));
+}
+
+/*
+ * Make the @nth fault-injection site this thread reaches next fail (0:
+ * none); false if the kernel has no fault injection.
+ */
+static bool fail_nth_set(int nth)
+{
+	char val[16];
+	int fd = open(FAIL_NTH, O_WRONLY);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	snprintf(val, sizeof(val), "%d", nth);
+	ok = write(fd, val, strlen(val)) == (ssize_t)strlen(val);
+	close(fd);
+	return ok;
+}
+
+/* Sites left before the failure set last: 0 once it was injected */
+static int fail_nth_get(void)
+{
+	char val[16] = "";
+	int fd = open(FAIL_NTH, O_RDONLY);
+	ssize_t n = fd < 0 ? -1 : read(fd, val, sizeof(val) - 1);
+
+	if (fd >= 0)
+		close(fd);
+	return n > 0 ? atoi(val) : -1;
+}
+
+/* The permissions ("rw-p") of the VMA over @p in /proc/self/maps */
+static bool vma_prot_is(char *p, const char *perms)
+{
+	unsigned long start, end;
+	char line[512], have[8];
+	bool match = false;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	while (f && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%lx-%lx %7s", &start, &end, have) == 3 &&
+		    start <= (unsigned long)p && (unsigned long)p < end)
+			match = !strcmp(have, perms);
+	}
+	if (f)
+		fclose(f);
+	return match;
+}
+
+/*
+ * Each syscall that breaks a share, run once with the first allocation of
+ * the break failing: it must fail with ENOMEM, the injected failure must
+ * be the one it met, and nothing of it may show (data, protections, locks,
+ * mappings); run again without, it must succeed.  A write fault that
+ * meets the failure gets VM_FAULT_OOM, is retried and the write lands.
+ * clear_refs comes last: it breaks every share left.  Returns the step
+ * that went wrong, 0 if none.
+ */
+static int enomem_steps(char *p)
+{
+	const unsigned long half = PER_TABLE / 2;
+	char *to;
+
+	/* 1. mprotect of a whole shared table */
+	if (!fail_nth_set(1) || mprotect(p, SZ_2M, PROT_READ) != -1 ||
+	    errno != ENOMEM)
+		return 10;
+	if (fail_nth_get() || !vma_prot_is(p, "rw-p") ||
+	    count_bad(p, 0, PER_TABLE, 1))
+		return 11;
+	if (mprotect(p, SZ_2M, PROT_READ) || !vma_prot_is(p, "r--p") ||
+	    count_bad(p, 0, PER_TABLE, 1))
+		return 12;
+
+	/* 2. munmap of half a table */
+	if (!fail_nth_set(1) ||
+	    munmap(p + (PER_TABLE + half) * PAGE_SIZE, half * PAGE_SIZE) != -1 ||
+	    errno != ENOMEM)
+		return 20;
+	if (fail_nth_get() || count_bad(p, PER_TABLE, PER_TABLE, 1))
+		return 21;
+	if (munmap(p + (PER_TABLE + half) * PAGE_SIZE, half * PAGE_SIZE) ||
+	    count_bad(p, PER_TABLE, half, 1))
+		return 22;
+
+	/* 3. mlock of a whole table */
+	if (!fail_nth_set(1) || mlock(p + 2 * SZ_2M, SZ_2M) != -1 ||
+	    errno != ENOMEM)
+		return 30;
+	if (fail_nth_get() || status_kb("VmLck:") != 0 ||
+	    count_bad(p, 2 * PER_TABLE, PER_TABLE, 1))
+		return 31;
+	if (mlock(p + 2 * SZ_2M, SZ_2M) || status_kb("VmLck:") != 2048 ||
+	    munlock(p + 2 * SZ_2M, SZ_2M))
+		return 32;
+
+	/* 4. MADV_DONTNEED of half a table */
+	if (!fail_nth_set(1) ||
+	    madvise(p + 3 * SZ_2M, half * PAGE_SIZE, MADV_DONTNEED) != -1 ||
+	    errno != ENOMEM)
+		return 40;
+	if (fail_nth_get() || count_bad(p, 3 * PER_TABLE, PER_TABLE, 1))
+		return 41;
+	if (madvise(p + 3 * SZ_2M, half * PAGE_SIZE, MADV_DONTNEED) ||
+	    count_nonzero(p, 3 * PER_TABLE, half) ||
+	    count_bad(p, 3 * PER_TABLE + half, half, 1))
+		return 42;
+
+	/* 5. mremap of half a table: entry by entry, not the PMD whole */
+	to = map_aligned(SZ_2M, SZ_2M, PROT_NONE);
+	if (!to)
+		return 50;
+	if (!fail_nth_set(1) ||
+	    mremap(p + 4 * SZ_2M, half * PAGE_SIZE, half * PAGE_SIZE,
+		   MREMAP_MAYMOVE | MREMAP_FIXED, to) != MAP_FAILED ||
+	    errno != ENOMEM)
+		return 51;
+	if (fail_nth_get() || count_bad(p, 4 * PER_TABLE, PER_TABLE, 1))
+		return 52;
+	if (mremap(p + 4 * SZ_2M, half * PAGE_SIZE, half * PAGE_SIZE,
+		   MREMAP_MAYMOVE | MREMAP_FIXED, to) != to ||
+	    count_bad(p, 4 * PER_TABLE + half, half, 1))
+		return 53;
+	for (unsigned long i = 0; i < half; i++)
+		if (load_word(first_word(to + i * PAGE_SIZE)) !=
+		    tag(1, 4 * PER_TABLE + i))
+			return 54;
+
+	/* 6. a write fault: VM_FAULT_OOM, retried, the write lands */
+	if (!fail_nth_set(1))
+		return 60;
+	fill(p, 7 * PER_TABLE, 1, 2);
+	if (fail_nth_get() || count_bad(p, 7 * PER_TABLE, 1, 2) ||
+	    count_bad(p, 7 * PER_TABLE + 1, PER_TABLE - 1, 1))
+		return 61;
+
+	/* 7. clear_refs soft-dirty: every share of the mm left */
+	if (!fail_nth_set(1) || write_clear_refs("4") != -1 || errno != ENOMEM)
+		return 70;
+	if (fail_nth_get() || count_bad(p, 5 * PER_TABLE, 2 * PER_TABLE, 1))
+		return 71;
+	if (write_clear_refs("4"))
+		return 72;
+	return 0;
+}
+
+/*
+ * 10. No syscall is half applied when a break cannot allocate: the child,
+ * holder of shared tables, runs each syscall that breaks one with the
+ * break's allocation failing (fail-nth), then again without; the parent's
+ * data never moves.
+ */
+TEST(enomem_leaves_nothing_half_done)
+{
+	struct scen s;
+	pid_t pid;
+
+	if (!cow_pte_on())
+		SKIP(return, "no COW page tables on this kernel");
+	if (!fail_nth_set(0))
+		SKIP(return, "no fault injection (CONFIG_FAULT_INJECTION)");
+	/* a line per injected failure in the log, not a stack */
+	write_knob(FAIL_COW_PTE "verbose", "1");
+	scen_setup(_metadata, &s);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid)
+		_exit(enomem_steps(s.p));
+	EXPECT_EQ(0, reap(pid)) TH_LOG("step NM of the child went wrong: "
+				       "N the syscall, M 0 no ENOMEM, 1 half done, "
+				       "2 did not work after");
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1));
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES);
+}
+
+#define SWAP_MAP_MAX	0x3e	/* swap count without a continuation */
+#define PM_SWAP		(1ULL << 62)
+/*
+ * 11. A break gives up a half-made copy: one page in the middle of a
+ * shared table is swapped out, and each of SWAP_MAP_MAX children breaks
+ * the table, so that each copy takes a swap count.  The last copy needs a
+ * swap count continuation: the copy's atomic allocation of it fails
+ * (fail-nth through fail_page_alloc, order 0 allowed), the break drops its
+ * locks to allocate it, and that fails too (fail_cow_pte, once, for this
+ * task only): the entries it copied are released, the fault is retried
+ * and copies the whole table.  Every child sees the data before and
+ * after; PageTables comes back when they exit.
+ */
+TEST(break_gives_up_a_half_copy)
+{
+	const unsigned long mid = PER_TABLE / 2;
+	int go[2], ready[2], pm;
+	pid_t pids[SWAP_MAP_MAX];
+	struct counters d;
+	char c, times[8];
+	struct scen s;
+	int rc = 0;
+
+	if (!cow_pte_on())
+		SKIP(return, "no COW page tables on this kernel");
+	if (!fail_nth_set(0))
+		SKIP(return, "no fault injection (CONFIG_FAULT_INJECTION)");
+	if (access(FAIL_PAGE_ALLOC, F_OK))
+		SKIP(return, "no fail_page_alloc (CONFIG_FAIL_PAGE_ALLOC)");
+	ASSERT_EQ(0, access(FAIL_COW_PTE, F_OK)) TH_LOG("no fail_cow_pte");
+	s.feature = true;
+	s.p = map_aligned(SZ_2M, SZ_2M, PROT_READ | PROT_WRITE);
+	ASSERT_NE(NULL, s.p);
+	ASSERT_EQ(0, madvise(s.p, SZ_2M, MADV_NOHUGEPAGE));
+	fill(s.p, 0, PER_TABLE, 1);
+	ASSERT_EQ(0, madvise(s.p + mid * PAGE_SIZE, PAGE_SIZE, MADV_PAGEOUT));
+	pm = open("/proc/self/pagemap", O_RDONLY);
+	ASSERT_LE(0, pm);
+	if (!(pagemap_entry(pm, s.p + mid * PAGE_SIZE) & PM_SWAP))
+		SKIP(return, "the page was not swapped out (no swap?)");
+	close(pm);
+	/* the continuation: alloc_page(GFP_ATOMIC | __GFP_HIGHMEM) */
+	ASSERT_EQ(0, write_knob(FAIL_PAGE_ALLOC "min-order", "0"));
+	ASSERT_EQ(0, write_knob(FAIL_PAGE_ALLOC "ignore-gfp-highmem", "N"));
+	ASSERT_EQ(0, write_knob(FAIL_PAGE_ALLOC "verbose", "1"));
+	ASSERT_EQ(0, write_knob(FAIL_COW_PTE "task-filter", "Y"));
+	ASSERT_EQ(0, write_knob(FAIL_COW_PTE "times", "1"));
+	ASSERT_EQ(0, write_knob(FAIL_COW_PTE "verbose", "1"));
+	ASSERT_EQ(0, write_knob(FAIL_COW_PTE "probability", "100"));
+	ASSERT_EQ(0, prctl(PR_SET_COW_PTE, 1, 0, 0, 0));
+	s.pagetables = pagetables_kb();
+	read_counters(&s.before);
+	ASSERT_EQ(0, pipe(go));
+	ASSERT_EQ(0, pipe(ready));
+
+	/* one child at a time: the last one's copy must be the 63rd */
+	for (int i = 0; i < SWAP_MAP_MAX; i++) {
+		pids[i] = fork();
+		ASSERT_LE(0, pids[i]);
+		if (pids[i]) {
+			chan_get(ready[0]);
+			continue;
+		}
+		close(go[1]);
+		/*
+		 * The last child: fail_cow_pte fails its one time in this
+		 * task; fail-nth passes the table's allocation (a site of
+		 * fail_cow_pte) and fails the next, the continuation's.
+		 */
+		if (i == SWAP_MAP_MAX - 1 &&
+		    (write_knob("/proc/self/make-it-fail", "1") ||
+		     !fail_nth_set(2))) {
+			rc = 1;
+		} else {
+			fill(s.p, 0, 1, 2 + i);
+			if (i == SWAP_MAP_MAX - 1 &&
+			    (fail_nth_get() ||
+			     read_knob(FAIL_COW_PTE "times", times, sizeof(times)) ||
+			     strcmp(times, "0")))
+				rc = 2;
+			/* not the swapped page yet: a swap-in drops a count */
+			else if (count_bad(s.p, 1, mid - 1, 1) ||
+				 count_bad(s.p, mid + 1, PER_TABLE - mid - 1, 1))
+				rc = 3;
+		}
+		chan_put(ready[1]);
+		if (rc)
+			_exit(rc);
+		/* keep the copy, and its swap count, until the last one */
+		if (read(go[0], &c, 1) != 0)
+			_exit(4);
+		_exit(count_bad(s.p, 0, 1, 2 + i) ||
+		      count_bad(s.p, 1, PER_TABLE - 1, 1) ? 5 : 0);
+	}
+	close(go[0]);
+	close(go[1]);
+	for (int i = 0; i < SWAP_MAP_MAX; i++)
+		rc |= reap(pids[i]);
+	EXPECT_EQ(0, rc) TH_LOG("a child: 2 a failure not injected, 3 and 5 bad data");
+	EXPECT_EQ(0, write_knob(FAIL_COW_PTE "probability", "0"));
+	EXPECT_EQ(0, count_bad(s.p, 0, PER_TABLE, 1));
+	counters_since(_metadata, &s.before, &d);
+	EXPECT_LE(SWAP_MAP_MAX, d.v[BREAK]);
+	ASSERT_EQ(0, munmap(s.p, SZ_2M));
+	scen_check(_metadata, &s, SWAP_MAP_MAX);
+}
+
+#define GUP_PIN_COUNTING_BIAS	1024
+
+/*
+ * 12. A break meets a page that may be pinned: a page whose refcount
+ * looks pinned (the parent vmsplice()s it over a thousand times) in the
+ * middle of a shared table, and a child that pinned something once
+ * (process_vm_readv() pins the pages it reads: MMF_HAS_PINNED).  Its
+ * break must copy that page, as fork would, with a page allocated with no
+ * lock held; that allocation fails once (fail_cow_pte, the break's second
+ * site): the half copy is released and the fault retried.  The child ends
+ * with its own copy of the page, the data intact on both sides.
+ */
+TEST(break_copies_a_maybe_pinned_page)
+{
+	const unsigned long mid = PER_TABLE / 2;
+	int pipes[8][2], npipes = 0;
+	unsigned long refs = 0;
+	uint64_t pfn_mid;
+	struct counters d;
+	struct scen s;
+	pid_t pid;
+	int pm;
+
+	if (!cow_pte_on())
+		SKIP(return, "no COW page tables on this kernel");
+	if (!fail_nth_set(0))
+		SKIP(return, "no fault injection (CONFIG_FAULT_INJECTION)");
+	write_knob(FAIL_COW_PTE "verbose", "1");
+	s.feature = true;
+	s.p = map_aligned(SZ_2M, SZ_2M, PROT_READ | PROT_WRITE);
+	ASSERT_NE(NULL, s.p);
+	ASSERT_EQ(0, madvise(s.p, SZ_2M, MADV_NOHUGEPAGE));
+	fill(s.p, 0, PER_TABLE, 1);
+	while (refs < GUP_PIN_COUNTING_BIAS + 64 && npipes < 8) {
+		struct iovec iov = { s.p + mid * PAGE_SIZE, PAGE_SIZE };
+
+		ASSERT_EQ(0, pipe(pipes[npipes]));
+		fcntl(pipes[npipes][1], F_SETPIPE_SZ, 1 << 20);
+		while (vmsplice(pipes[npipes][1], &iov, 1,
+				SPLICE_F_NONBLOCK) == PAGE_SIZE)
+			refs++;
+		npipes++;
+	}
+	ASSERT_LE(GUP_PIN_COUNTING_BIAS + 64, refs);
+	pm = open("/proc/self/pagemap", O_RDONLY);
+	ASSERT_LE(0, pm);
+	pfn_mid = pagemap_entry(pm, s.p + mid * PAGE_SIZE) & PM_PFN;
+	close(pm);
+	ASSERT_EQ(0, prctl(PR_SET_COW_PTE, 1, 0, 0, 0));
+	s.pagetables = pagetables_kb();
+	read_counters(&s.before);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		char buf[64], src[64] = "pinned by process_vm_readv";
+		struct iovec local = { buf, sizeof(buf) };
+		struct iovec remote = { src, sizeof(src) };
+
+		if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) !=
+		    sizeof(buf))
+			_exit(1);
+		/* the table's allocation passes, the page copy's fails */
+		if (!fail_nth_set(2))
+			_exit(2);
+		fill(s.p, 0, 1, 2);
+		if (fail_nth_get())
+			_exit(3);
+		pm = open("/proc/self/pagemap", O_RDONLY);
+		if ((pagemap_entry(pm, s.p + mid * PAGE_SIZE) & PM_PFN) == pfn_mid)
+			_exit(4);
+		_exit(count_bad(s.p, 0, 1, 2) ||
+		      count_bad(s.p, 1, PER_TABLE - 1, 1) ? 5 : 0);
+	}
+	EXPECT_EQ(0, reap(pid)) TH_LOG("1 no pin, 3 no injected failure, "
+				       "4 the page was not copied, 5 bad data");
+	for (int i = 0; i < npipes; i++) {
+		close(pipes[i][0]);
+		close(pipes[i][1]);
+	}
+	EXPECT_EQ(0, count_bad(s.p, 0, PER_TABLE, 1));
+	counters_since(_metadata, &s.before, &d);
+	EXPECT_LE(1, d.v[BREAK]);
+	ASSERT_EQ(0, munmap(s.p, SZ_2M));
+	scen_check(_metadata, &s, 1);
 }
 
 int main(int argc, char **argv)
