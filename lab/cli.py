@@ -187,6 +187,9 @@ def report(run_dir: Path, out: guest.Outcome, tests: list, meta: dict, extra: Co
 
     print()
     print(results.suite_table(cases, secs))
+    counters = results.counter_table(out.runs)
+    if counters:
+        print("\n" + counters)
     if extra:
         print(f"{'lab unit tests (pytest)':24} {extra['pass']:7} {extra['fail']:7} "
               f"{extra['skip']:8}")

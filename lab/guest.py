@@ -50,6 +50,7 @@ class TestRun:
     rc: int | None = None
     secs: float = 0.0
     timed_out: bool = False     # killed by the guest's per-test time limit
+    counters: dict[str, int] = field(default_factory=dict)  # our vmstat counters' deltas
 
 
 @dataclass
@@ -170,6 +171,9 @@ def _parse_channel(text: str) -> Channel:
             if cur.output and cur.output[-1] == "":
                 cur.output.pop()        # the newline written before PTLAB-END
             cur = None
+        elif line.startswith("PTLAB-COUNTERS") and ch.runs and not cur:
+            ch.runs[-1].counters = {k: int(v) for k, v in
+                                    (kv.split("=", 1) for kv in line.split()[1:])}
         elif line.startswith("PTLAB-DONE"):
             ch.done = True
         elif cur:

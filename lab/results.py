@@ -212,6 +212,22 @@ def suite_table(cases: list[Case], secs: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def counter_table(runs) -> str:
+    """What each suite did with our features: the sums of its programs'
+    vmstat counter deltas (PTLAB-COUNTERS), suites that moved none left out."""
+    sums: dict[str, Counter] = {}
+    for r in runs:
+        if r.counters:
+            sums.setdefault(r.suite, Counter()).update(r.counters)
+    if not sums:
+        return ""
+    lines = ["our vmstat counters, per suite (deltas over its programs):"]
+    for suite, c in sums.items():
+        items = ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
+        lines.append(f"  {suite}: {items}")
+    return "\n".join(lines)
+
+
 def problems(cases: list[Case], limit: int = 60) -> str:
     out = []
     for c in cases:

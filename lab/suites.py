@@ -66,6 +66,7 @@ OURS = [
     _t("ptlab", "pt_reclaim", timeout=600),
     _t("ptlab", "uffd_race", timeout=600),
     _t("ptlab", "cow_pte", timeout=900),
+    _t("ptlab", "cow_pte_race", timeout=600),
 ]
 
 ALL = UPSTREAM + OURS

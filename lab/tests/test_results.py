@@ -166,3 +166,20 @@ def test_a_feature_the_guest_lacks_fails_the_run(tmp_path):
     cases = results.judge_run(out, [], "debug", "patched")
     assert results.failed(cases)
     assert "vm.pte_table_reclaim" in cases[0].name
+
+
+def test_counters_per_test_and_suite():
+    from lab.results import counter_table
+    text = ("PTLAB-BEGIN cow cow\nok 1 a\n\nPTLAB-END cow cow rc=0 secs=1 timeout=0\n"
+            "PTLAB-COUNTERS cow_pte_share=12 cow_pte_break=3 \n"
+            "PTLAB-BEGIN misc mkdirty\nok 1 x\n\nPTLAB-END misc mkdirty rc=0 secs=1 timeout=0\n"
+            "PTLAB-COUNTERS \n"
+            "PTLAB-BEGIN cow cow2\nok 1 b\n\nPTLAB-END cow cow2 rc=0 secs=1 timeout=0\n"
+            "PTLAB-COUNTERS cow_pte_share=1\n")
+    ch = _parse_channel(text)
+    assert [r.counters for r in ch.runs] == [
+        {"cow_pte_share": 12, "cow_pte_break": 3}, {}, {"cow_pte_share": 1}]
+    assert ch.runs[0].output == ["ok 1 a"]
+    table = counter_table(ch.runs)
+    assert "cow: cow_pte_break 3, cow_pte_share 13" in table
+    assert "misc" not in table

@@ -752,6 +752,55 @@ TEST(clear_refs_and_pagemap)
 	scen_check(_metadata, &s, TABLES);
 }
 
+/*
+ * 10. A file mapped into a hole of a shared table, then truncated: the
+ * truncation zaps the file VMA's part of the table, which holds nothing
+ * of it (any fault there breaks the share first), so nothing may change
+ * for the holders, and nothing may warn.  Then the file is extended and
+ * written through the mapping: that fault breaks the table.
+ */
+TEST(file_mapped_into_a_hole)
+{
+	const unsigned long hole = 2 * PER_TABLE + PER_TABLE / 4, len = 16;
+	struct scen s;
+	pid_t pid;
+
+	scen_setup(_metadata, &s);
+	ASSERT_EQ(0, munmap(s.p + hole * PAGE_SIZE, len * PAGE_SIZE));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		int fd = memfd_create("cow_pte_hole", 0);
+		char *f;
+
+		if (fd < 0 || ftruncate(fd, len * PAGE_SIZE))
+			_exit(1);
+		f = mmap(s.p + hole * PAGE_SIZE, len * PAGE_SIZE,
+			 PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+		if (f != s.p + hole * PAGE_SIZE)
+			_exit(2);
+		/* unmap_mapping_range(): a zap of part of the shared table */
+		if (ftruncate(fd, 0) || ftruncate(fd, len * PAGE_SIZE))
+			_exit(3);
+		if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			      0, PAGE_SIZE))
+			_exit(4);
+		if (count_bad(s.p, 2 * PER_TABLE, hole - 2 * PER_TABLE, 1) ||
+		    count_bad(s.p, hole + len, 3 * PER_TABLE - hole - len, 1))
+			_exit(5);
+		fill(f, 0, len, 2);
+		if (count_bad(f, 0, len, 2) ||
+		    count_bad(s.p, 2 * PER_TABLE, hole - 2 * PER_TABLE, 1))
+			_exit(6);
+		_exit(0);
+	}
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's step that failed: exit code");
+	EXPECT_EQ(0, count_bad(s.p, 0, hole, 1));
+	EXPECT_EQ(0, count_bad(s.p, hole + len, PAGES - hole - len, 1));
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES);
+}
+
 /* --- allocation failures: fault injection ------------------------------ */
 
 #define FAIL_NTH	"/proc/thread-self/fail-nth"
@@ -925,7 +974,7 @@ static int enomem_steps(char *p)
 }
 
 /*
- * 10. No syscall is half applied when a break cannot allocate: the child,
+ * 11. No syscall is half applied when a break cannot allocate: the child,
  * holder of shared tables, runs each syscall that breaks one with the
  * break's allocation failing (fail-nth), then again without; the parent's
  * data never moves.
@@ -957,7 +1006,7 @@ TEST(enomem_leaves_nothing_half_done)
 #define SWAP_MAP_MAX	0x3e	/* swap count without a continuation */
 #define PM_SWAP		(1ULL << 62)
 /*
- * 11. A break gives up a half-made copy: one page in the middle of a
+ * 12. A break gives up a half-made copy: one page in the middle of a
  * shared table is swapped out, and each of SWAP_MAP_MAX children breaks
  * the table, so that each copy takes a swap count.  The last copy needs a
  * swap count continuation: the copy's atomic allocation of it fails
@@ -1064,7 +1113,7 @@ TEST(break_gives_up_a_half_copy)
 #define GUP_PIN_COUNTING_BIAS	1024
 
 /*
- * 12. A break meets a page that may be pinned: a page whose refcount
+ * 13. A break meets a page that may be pinned: a page whose refcount
  * looks pinned (the parent vmsplice()s it over a thousand times) in the
  * middle of a shared table, and a child that pinned something once
  * (process_vm_readv() pins the pages it reads: MMF_HAS_PINNED).  Its

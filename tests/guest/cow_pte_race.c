@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * cow_pte_race: COW page tables (CONFIG_COW_PTE) against everything that
+ * walks or changes a PTE table at the same time, for RACE_SECONDS.
+ *
+ * The parent opts in and owns a 16 MiB area of tagged pages.  Its threads:
+ *  - fork: forks children back to back, up to MAX_CHILDREN alive, each of
+ *    which shares the area's tables (a share of tables already shared);
+ *  - write: rewrites random pages with their tag: a break (copy) while a
+ *    child holds the table, a reuse once none does, under the VMA lock
+ *    first (which retries under mmap_lock);
+ *  - gup: reads random pages through /proc/self/mem (GUP-slow, which
+ *    breaks) and vmsplice() (GUP-fast, which must bail on a shared table);
+ *  - reclaim: MADV_PAGEOUT of a random table (skips shared ones);
+ *  - migrate: move_pages() of a random table to the other node (leaves
+ *    shared ones; a table shared while its pages were under migration gets
+ *    them back in place);
+ *  - zap: MADV_DONTNEED of a whole random table (a drop while shared; PT
+ *    reclaim frees the table once empty and private).
+ * Each child meanwhile reads and writes random pages (breaks), zaps part of
+ * a table (breaks its edges) or all of it (a drop), forks a grandchild that
+ * does the same now and then, checks every page and exits: drops of what it
+ * still shares, in whatever order against its parent and grandchild.
+ *
+ * Every word checked holds the page's tag, zero (zapped), or in a child the
+ * tag of whoever wrote it last in its own view (itself, or its parent before
+ * the fork): anything else is another process's write, or a write lost.  On
+ * a kernel with the feature the counters must show shares, breaks and
+ * drops; a table leaked or miscounted makes the kernel's own checks splat
+ * (pgtables_bytes, rss-counter, a table freed while shared).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <numaif.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kselftest_harness.h"
+#include "guest_util.h"
+
+#ifndef PR_SET_COW_PTE
+#define PR_SET_COW_PTE	0x43505445
+#endif
+
+#define RACE_SECONDS	10
+#define AREA		(16 * SZ_1M)
+#define PAGES		(AREA / PAGE_SIZE)
+#define TABLES		(AREA / SZ_2M)
+#define PER_TABLE	(SZ_2M / PAGE_SIZE)
+#define MAX_CHILDREN	4
+#define CHILD_OPS	400
+#define IO_PAGES	8
+
+/* What a page must hold, as a process sees it: state[] */
+#define PARENT		0	/* its tag or zero: never written here */
+#define ZERO		1	/* zero: zapped here */
+/* else the writer whose tag it holds: this process or its parent */
+
+struct race {
+	char *p;
+	bool stop;			/* __atomic */
+	bool two_nodes;
+	unsigned long bad, errors;	/* __atomic */
+	unsigned long bad_idx, bad_val;
+	const char *last_op;
+	int last_errno;
+	unsigned long forks, children_failed, child_code;
+	unsigned int *state;		/* each process its own copy */
+};
+
+static unsigned long tag(unsigned long who, unsigned long i)
+{
+	return who << 32 | i;
+}
+
+static bool stopped(struct race *r)
+{
+	return __atomic_load_n(&r->stop, __ATOMIC_RELAXED);
+}
+
+static void race_error(struct race *r, const char *op)
+{
+	r->last_errno = errno;
+	r->last_op = op;
+	__atomic_fetch_add(&r->errors, 1, __ATOMIC_RELAXED);
+}
+
+/* The parent's view of a page: its tag or zero */
+static void parent_check(struct race *r, char *page, unsigned long i)
+{
+	unsigned long v[] = { load_word(first_word(page)), load_word(last_word(page)) };
+
+	for (int k = 0; k < 2; k++) {
+		if (!v[k] || v[k] == tag(1, i))
+			continue;
+		if (!__atomic_fetch_add(&r->bad, 1, __ATOMIC_RELAXED)) {
+			r->bad_idx = i;
+			r->bad_val = v[k];
+		}
+	}
+}
+
+/* --- the parent's threads ---------------------------------------------- */
+
+static void *do_write(void *arg)
+{
+	struct race *r = arg;
+	unsigned int seed = 1;
+
+	while (!stopped(r)) {
+		unsigned long i = rand_r(&seed) % PAGES;
+
+		parent_check(r, r->p + i * PAGE_SIZE, i);
+		write_tag(r->p + i * PAGE_SIZE, tag(1, i));
+	}
+	return NULL;
+}
+
+static void *do_gup(void *arg)
+{
+	struct race *r = arg;
+	char buf[IO_PAGES * PAGE_SIZE];
+	unsigned int seed = 2;
+	int mem = open("/proc/self/mem", O_RDONLY);
+	int fds[2];
+
+	if (mem < 0 || pipe(fds)) {
+		race_error(r, "open /proc/self/mem or pipe");
+		return NULL;
+	}
+	for (unsigned long n = 0; !stopped(r); n++) {
+		unsigned long first = rand_r(&seed) % (PAGES - IO_PAGES + 1);
+		char *from = r->p + first * PAGE_SIZE;
+		struct iovec iov = { from, sizeof(buf) };
+		ssize_t got = 0, k;
+
+		if (n % 2) {
+			got = pread(mem, buf, sizeof(buf), (unsigned long)from);
+		} else if (vmsplice(fds[1], &iov, 1, 0) == sizeof(buf)) {
+			while (got < (ssize_t)sizeof(buf) &&
+			       (k = read(fds[0], buf + got, sizeof(buf) - got)) > 0)
+				got += k;
+		}
+		if (got != sizeof(buf)) {
+			race_error(r, n % 2 ? "pread /proc/self/mem" : "vmsplice");
+			break;
+		}
+		for (unsigned long i = 0; i < IO_PAGES; i++)
+			parent_check(r, buf + i * PAGE_SIZE, first + i);
+	}
+	close(fds[0]);
+	close(fds[1]);
+	close(mem);
+	return NULL;
+}
+
+static void *do_reclaim(void *arg)
+{
+	struct race *r = arg;
+	unsigned int seed = 3;
+
+	while (!stopped(r)) {
+		char *t = r->p + rand_r(&seed) % TABLES * SZ_2M;
+
+		/* EAGAIN/ENOMEM under pressure: not a failure of ours */
+		madvise(t, SZ_2M, MADV_PAGEOUT);
+		usleep(2000);
+	}
+	return NULL;
+}
+
+static void *do_migrate(void *arg)
+{
+	struct race *r = arg;
+	void *addrs[PER_TABLE];
+	int nodes[PER_TABLE], status[PER_TABLE];
+	unsigned int seed = 4;
+
+	for (unsigned long n = 0; r->two_nodes && !stopped(r); n++) {
+		char *t = r->p + rand_r(&seed) % TABLES * SZ_2M;
+
+		for (unsigned long i = 0; i < PER_TABLE; i++) {
+			addrs[i] = t + i * PAGE_SIZE;
+			nodes[i] = n % 2;
+		}
+		/* pages of shared tables stay: a partial move is no failure */
+		move_pages(0, PER_TABLE, addrs, nodes, status, MPOL_MF_MOVE);
+	}
+	return NULL;
+}
+
+static void *do_zap(void *arg)
+{
+	struct race *r = arg;
+	unsigned int seed = 5;
+
+	while (!stopped(r)) {
+		char *t = r->p + rand_r(&seed) % TABLES * SZ_2M;
+
+		if (madvise(t, SZ_2M, MADV_DONTNEED))
+			race_error(r, "MADV_DONTNEED of a table");
+		usleep(1000);
+	}
+	return NULL;
+}
+
+/* --- the children -------------------------------------------------------- */
+
+/* A child's check of page @i: exit code 10 + what was wrong */
+static int child_check(struct race *r, unsigned long who, unsigned long i)
+{
+	char *page = r->p + i * PAGE_SIZE;
+	unsigned long v[] = { load_word(first_word(page)), load_word(last_word(page)) };
+
+	for (int k = 0; k < 2; k++) {
+		switch (r->state[i]) {
+		case PARENT:
+			if (v[k] && v[k] != tag(1, i))
+				return 13;	/* another process's write */
+			break;
+		case ZERO:
+			if (v[k])
+				return 12;	/* zapped, yet something shows */
+			break;
+		default:
+			if (v[k] != tag(r->state[i], i))
+				return 11;	/* its (parent's) write lost */
+		}
+	}
+	return 0;
+}
+
+static int child_run(struct race *r, unsigned long who, unsigned int seed,
+		     int depth)
+{
+	pid_t grandchild = -1;
+	int status, ret;
+
+	for (int op = 0; op < CHILD_OPS; op++) {
+		unsigned long i = rand_r(&seed) % PAGES;
+		unsigned long t = i / PER_TABLE * PER_TABLE;
+		unsigned int what = rand_r(&seed) % 32;
+
+		ret = child_check(r, who, i);
+		if (ret)
+			return ret;
+		if (what < 20) {
+			write_tag(r->p + i * PAGE_SIZE, tag(who, i));
+			r->state[i] = who;
+		} else if (what < 28) {
+			/* part of a table: the edges break first */
+			unsigned long n = 1 + rand_r(&seed) % 64;
+
+			n = i + n > t + PER_TABLE ? t + PER_TABLE - i : n;
+			if (madvise(r->p + i * PAGE_SIZE, n * PAGE_SIZE, MADV_DONTNEED))
+				return 2;
+			for (unsigned long k = i; k < i + n; k++)
+				r->state[k] = ZERO;
+		} else if (what < 31) {
+			/* all of it: the share is dropped, nothing copied */
+			if (madvise(r->p + t * PAGE_SIZE, SZ_2M, MADV_DONTNEED))
+				return 3;
+			for (unsigned long k = t; k < t + PER_TABLE; k++)
+				r->state[k] = ZERO;
+		} else if (depth == 0 && grandchild < 0) {
+			grandchild = fork();
+			if (grandchild < 0)
+				return 4;
+			if (!grandchild)
+				_exit(child_run(r, who + 1000, seed + 7, 1));
+		}
+	}
+	for (unsigned long i = 0; i < PAGES; i++) {
+		ret = child_check(r, who, i);
+		if (ret)
+			return ret;
+	}
+	if (grandchild > 0) {
+		if (waitpid(grandchild, &status, 0) != grandchild ||
+		    !WIFEXITED(status))
+			return 5;
+		if (WEXITSTATUS(status))
+			return WEXITSTATUS(status) + 20;
+	}
+	return 0;
+}
+
+static void reap_one(struct race *r, pid_t pid, int status)
+{
+	if (pid <= 0)
+		return;
+	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+		r->children_failed++;
+		r->child_code = WIFEXITED(status) ? WEXITSTATUS(status) : 256;
+	}
+}
+
+static void *do_fork(void *arg)
+{
+	struct race *r = arg;
+	int alive = 0, status;
+	pid_t pid;
+
+	while (!stopped(r)) {
+		while (alive >= MAX_CHILDREN) {
+			pid = waitpid(-1, &status, 0);
+			reap_one(r, pid, status);
+			alive -= pid > 0;
+		}
+		pid = fork();
+		if (pid < 0) {
+			race_error(r, "fork");
+			break;
+		}
+		if (!pid) {
+			/* our own state: copied from the parent's all-PARENT */
+			_exit(child_run(r, 2 + r->forks, 11 + r->forks, 0));
+		}
+		r->forks++;
+		alive++;
+		while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+			reap_one(r, pid, status);
+			alive--;
+		}
+	}
+	while (alive-- > 0) {
+		pid = waitpid(-1, &status, 0);
+		reap_one(r, pid, status);
+	}
+	return NULL;
+}
+
+static void *(*const workers[])(void *) = {
+	do_fork, do_write, do_gup, do_reclaim, do_migrate, do_zap,
+};
+
+static const char * const counter_names[] = {
+	"cow_pte_share", "cow_pte_break", "cow_pte_reuse", "cow_pte_adopt",
+	"cow_pte_drop",
+};
+
+FIXTURE(race) {
+};
+
+FIXTURE_SETUP(race)
+{
+}
+
+FIXTURE_TEARDOWN(race)
+{
+}
+
+/* 10 s of the race, and the time its children and checks take under TCG */
+TEST_F_TIMEOUT(race, breaks_drops_exits_against_everything, 300)
+{
+	const int nr = sizeof(workers) / sizeof(workers[0]);
+	long before[5], after[5], pt_before, pt_after;
+	pthread_t threads[sizeof(workers) / sizeof(workers[0])];
+	bool feature = vmstat("cow_pte_share") >= 0;
+	struct race r = { 0 };
+	long t0;
+
+	r.p = map_aligned(AREA, SZ_2M, PROT_READ | PROT_WRITE);
+	ASSERT_NE(NULL, r.p);
+	ASSERT_EQ(0, madvise(r.p, AREA, MADV_NOHUGEPAGE));
+	r.state = calloc(PAGES, sizeof(*r.state));	/* PARENT everywhere */
+	ASSERT_NE(NULL, r.state);
+	for (unsigned long i = 0; i < PAGES; i++)
+		write_tag(r.p + i * PAGE_SIZE, tag(1, i));
+	r.two_nodes = !access("/sys/devices/system/node/node1", F_OK);
+	if (feature)
+		ASSERT_EQ(0, prctl(PR_SET_COW_PTE, 1, 0, 0, 0));
+	for (int k = 0; k < 5; k++)
+		before[k] = vmstat(counter_names[k]);
+	pt_before = status_kb("VmPTE:");
+
+	t0 = now_ms();
+	for (int k = 0; k < nr; k++)
+		ASSERT_EQ(0, pthread_create(&threads[k], NULL, workers[k], &r));
+	sleep(RACE_SECONDS);
+	__atomic_store_n(&r.stop, true, __ATOMIC_RELAXED);
+	for (int k = 0; k < nr; k++)
+		ASSERT_EQ(0, pthread_join(threads[k], NULL));
+	TH_LOG("%lu forks in %.1f s, two nodes: %d", r.forks,
+	       (now_ms() - t0) / 1000.0, r.two_nodes);
+
+	for (unsigned long i = 0; i < PAGES; i++)
+		parent_check(&r, r.p + i * PAGE_SIZE, i);
+	EXPECT_EQ(0, r.bad) TH_LOG("page %lu holds %lx", r.bad_idx, r.bad_val);
+	EXPECT_EQ(0, r.errors) TH_LOG("%s: %s", r.last_op, strerror(r.last_errno));
+	EXPECT_EQ(0, r.children_failed) TH_LOG("a child exited with %lu: 2-5 a "
+		"syscall, 11 its write lost, 12 a zapped page not zero, 13 "
+		"another's write, 2x its grandchild", r.child_code);
+	EXPECT_LT(10, r.forks);
+	for (int k = 0; k < 5; k++) {
+		after[k] = vmstat(counter_names[k]);
+		TH_LOG("%s +%ld", counter_names[k], after[k] - before[k]);
+	}
+	if (feature) {
+		EXPECT_LT(before[0], after[0]) TH_LOG("nothing shared");
+		EXPECT_LT(before[1], after[1]) TH_LOG("nothing broken");
+		EXPECT_LT(before[4], after[4]) TH_LOG("nothing dropped");
+	}
+	/* a leaked or miscounted table: the kernel's own checks splat */
+	ASSERT_EQ(0, munmap(r.p, AREA));
+	pt_after = status_kb("VmPTE:");
+	TH_LOG("VmPTE %ld kB before, %ld kB after the area went", pt_before,
+	       pt_after);
+	free(r.state);
+}
+
+TEST_HARNESS_MAIN
