@@ -1,20 +1,27 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * bench_fork: the cost of fork() of a large anonymous area and of the
- * copy-on-write faults that follow it in the child.
+ * bench_fork: the cost of fork() of a large anonymous area, of the exit of
+ * a child that wrote nothing, and of the first writes after fork on either
+ * side.
  *
- * The parent maps and touches N bytes (4 KiB pages, or THP with --thp),
- * forks, and times the fork() call. Both sides read their VmPTE/VmRSS
- * right after fork (the child before it writes anything). The child then
- * writes sequentially to the first half of the area (cow_seq) and to
- * random pages of the second half (cow_rand), each page written once, so
- * every write is a first write after fork. Before writing a page the child
- * checks it holds the parent's pattern; at the end it checks every page
- * holds its own pattern where written and the parent's elsewhere. The
- * parent checks its data is unchanged once the child is gone.
+ * The parent maps and touches N bytes (4 KiB pages, or THP with --thp):
+ * 1 GiB by default, 4 GiB with --full, 32 MiB with --quick.
+ * Three forks follow, each child checking what it sees:
+ *  1. fork (timed), then, with the child waiting: the system's PageTables
+ *     growth (/proc/meminfo after vm/stat_refresh) and the child's
+ *     VmPTE/VmRSS; the child then exits without writing, timed from the
+ *     parent's "go" to waitpid() (exit_nowrite).
+ *  2. the child writes sequentially to the start of the area (up to
+ *     256 MiB, half of it at most: cow_seq) and to random pages of the
+ *     rest (cow_rand), each page once, so every write is a first write
+ *     after fork; before each write it checks the parent's pattern, at
+ *     the end every page.
+ *  3. the parent does the same writes while the child waits, then the
+ *     child checks it still sees the old data everywhere (parent_cow_*).
+ * The parent checks its own data after each phase.
  *
- * --cow-pte asks for COW page tables with a placeholder prctl: no kernel
- * has that interface yet, so EINVAL means "run without".
+ * --cow-pte asks for COW page tables (PR_SET_COW_PTE, patches 0013-0017);
+ * a kernel without them answers EINVAL, and the run goes on without.
  */
 #include <getopt.h>
 #include <sys/prctl.h>
@@ -22,9 +29,10 @@
 
 #include "bench.h"
 
-#define PTLAB_PR_COW_PTE	0x70746c01
+#define PR_SET_COW_PTE		0x43505445
 #define PARENT_SEED		0x5a
 #define CHILD_SEED		0xc3
+#define PARENT2_SEED		0x96
 #define USAGE "usage: %s [--quick|--full] [--thp] [--cow-pte] [--size BYTES]\n"
 
 struct opts {
@@ -80,23 +88,24 @@ static void parse(int argc, char **argv, struct opts *o)
 		}
 	}
 	o->size = sz == SIZE_QUICK ? 32 * MiB :
-		  sz == SIZE_FULL ? 1 * GiB : 256 * MiB;
+		  sz == SIZE_FULL ? 4 * GiB : 1 * GiB;
 	o->rand = sz == SIZE_QUICK ? 2048 : sz == SIZE_FULL ? 65536 : 16384;
 	if (size)
 		o->size = size & ~(PMD_SZ - 1);
 	if (o->size < 2 * PMD_SZ)
 		die("--size must be at least 4M");
-	o->seq = o->size / 2;
+	/* first writes: a sample of the area, per page, not all of it */
+	o->seq = o->size / 2 < 256 * MiB ? o->size / 2 : 256 * MiB;
 	if (o->rand > (o->size - o->seq) / PAGE_SZ)
 		o->rand = (o->size - o->seq) / PAGE_SZ;
 }
 
 static int enable_cow_pte(void)
 {
-	if (!prctl(PTLAB_PR_COW_PTE, 1, 0, 0, 0))
+	if (!prctl(PR_SET_COW_PTE, 1, 0, 0, 0))
 		return 1;
 	if (errno != EINVAL)
-		die("prctl(PTLAB_PR_COW_PTE): %s", strerror(errno));
+		die("prctl(PR_SET_COW_PTE): %s", strerror(errno));
 	comment("cow-pte opt-in not supported by this kernel, running without");
 	return 0;
 }
@@ -117,7 +126,7 @@ static char *setup_area(const struct opts *o)
 	return p;
 }
 
-/* random order of the pages of the second half: the first o->rand used */
+/* random order of the pages after the sequential part: the first o->rand used */
 static unsigned long *rand_pages(const struct opts *o)
 {
 	unsigned long first = o->seq / PAGE_SZ, n = o->size / PAGE_SZ - first;
@@ -137,18 +146,38 @@ static unsigned long *rand_pages(const struct opts *o)
 	return idx;
 }
 
-/* first write to each page: check the parent's pattern, then write ours */
-static unsigned long cow_write(char *p, unsigned long i)
+/* first write to each page: check the parent's pattern, then write @seed's */
+static unsigned long cow_write(char *p, unsigned long i, uint64_t seed)
 {
 	uint64_t *w = word(p, i);
 	unsigned long bad = *w != pattern(PARENT_SEED, i);
 
-	*w = pattern(CHILD_SEED, i);
+	*w = pattern(seed, i);
 	return bad;
 }
 
-static unsigned long child_check(const struct opts *o, char *p,
-				 const unsigned long *idx)
+/* the writes of phase 2 (child) or 3 (parent), timed per page */
+static unsigned long first_writes(const struct opts *o, char *p,
+				  const unsigned long *idx, uint64_t seed,
+				  double *seq_ns, double *rand_ns)
+{
+	unsigned long i, nseq = o->seq / PAGE_SZ, bad = 0;
+	uint64_t t0;
+
+	t0 = now_ns();
+	for (i = 0; i < nseq; i++)
+		bad += cow_write(p, i, seed);
+	*seq_ns = (double)(now_ns() - t0) / nseq;
+	t0 = now_ns();
+	for (i = 0; i < o->rand; i++)
+		bad += cow_write(p, idx[i], seed);
+	*rand_ns = o->rand ? (double)(now_ns() - t0) / o->rand : 0;
+	return bad;
+}
+
+/* every page: @seed where the writes of a phase went, the parent's elsewhere */
+static unsigned long check_area(const struct opts *o, char *p,
+				const unsigned long *idx, uint64_t seed)
 {
 	unsigned long i, n = o->size / PAGE_SZ, bad = 0;
 	unsigned char *mine = calloc(n, 1);
@@ -160,32 +189,64 @@ static unsigned long child_check(const struct opts *o, char *p,
 	for (i = 0; i < o->rand; i++)
 		mine[idx[i]] = 1;
 	for (i = 0; i < n; i++)
-		bad += *word(p, i) != pattern(mine[i] ? CHILD_SEED :
-					      PARENT_SEED, i);
+		bad += *word(p, i) != pattern(mine[i] ? seed : PARENT_SEED, i);
 	free(mine);
 	return bad;
 }
 
-static void child(const struct opts *o, char *p, int wfd)
+static void child(const struct opts *o, char *p, const unsigned long *idx,
+		  int wfd)
 {
-	unsigned long *idx = rand_pages(o), i, nseq = o->seq / PAGE_SZ;
 	struct child_report r = { 0 };
-	uint64_t t0;
 
 	r.vmpte = status_kb(0, "VmPTE");
 	r.vmrss = status_kb(0, "VmRSS");
-	t0 = now_ns();
-	for (i = 0; i < nseq; i++)
-		r.bad_before += cow_write(p, i);
-	r.seq_ns = (double)(now_ns() - t0) / nseq;
-	t0 = now_ns();
-	for (i = 0; i < o->rand; i++)
-		r.bad_before += cow_write(p, idx[i]);
-	r.rand_ns = o->rand ? (double)(now_ns() - t0) / o->rand : 0;
-	r.bad_after = child_check(o, p, idx);
+	r.bad_before = first_writes(o, p, idx, CHILD_SEED, &r.seq_ns,
+				    &r.rand_ns);
+	r.bad_after = check_area(o, p, idx, CHILD_SEED);
 	if (write(wfd, &r, sizeof(r)) != sizeof(r))
 		_exit(3);
 	_exit(r.bad_before || r.bad_after);
+}
+
+/*
+ * A child that waits for a byte on @rfd, then exits: 1 if @idx is given and
+ * a page does not hold the parent's data of before the fork.
+ */
+static pid_t waiting_child(const struct opts *o, char *p, int rfd[2],
+			   const unsigned long *idx)
+{
+	pid_t pid = fork();
+	char c;
+
+	if (pid < 0)
+		die_errno("fork");
+	if (pid)
+		return pid;
+	bench_child = 1;
+	close(rfd[1]);
+	if (read(rfd[0], &c, 1) != 1)
+		_exit(3);
+	_exit(idx && check_area(o, p, idx, PARENT_SEED) ? 1 : 0);
+}
+
+static void reap(pid_t pid, const char *what)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid)
+		die_errno("waitpid");
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		verify_failed("%s: child exit status 0x%x", what, status);
+}
+
+/* PageTables of /proc/meminfo with the per-CPU deltas folded in */
+static long pagetables_kb(void)
+{
+	if (write_file("/proc/sys/vm/stat_refresh", "1"))
+		comment("vm/stat_refresh: %s (PageTables approximate)",
+			strerror(errno));
+	return proc_field_kb("/proc/meminfo", "PageTables");
 }
 
 static unsigned long parent_bad(const struct opts *o, char *p)
@@ -197,28 +258,128 @@ static unsigned long parent_bad(const struct opts *o, char *p)
 	return bad;
 }
 
-static void report(const struct child_report *r, double fork_ms,
-		   long pte, long rss, int cow_pte)
+struct parent_report {
+	double fork_ms, exit_ms;
+	long pt_added, child_vmpte, child_vmrss, vmpte, vmrss;
+	double seq_ns, rand_ns;
+};
+
+static void report(const struct child_report *r,
+		   const struct parent_report *pr, int cow_pte)
 {
 	metric("cow_pte_enabled", cow_pte, "count", "higher");
-	metric("fork_latency", fork_ms, "ms", "lower");
-	metric("parent_vmpte", pte, "kB", "lower");
-	metric("child_vmpte", r->vmpte, "kB", "lower");
-	metric("parent_vmrss", rss, "kB", "lower");
-	metric("child_vmrss", r->vmrss, "kB", "lower");
+	metric("fork_latency", pr->fork_ms, "ms", "lower");
+	metric("pagetables_added", pr->pt_added, "kB", "lower");
+	metric("exit_nowrite", pr->exit_ms, "ms", "lower");
+	metric("parent_vmpte", pr->vmpte, "kB", "lower");
+	metric("child_vmpte", pr->child_vmpte, "kB", "lower");
+	metric("parent_vmrss", pr->vmrss, "kB", "lower");
+	metric("child_vmrss", pr->child_vmrss, "kB", "lower");
 	metric("cow_seq_ns_per_page", r->seq_ns, "ns", "lower");
 	metric("cow_rand_ns_per_page", r->rand_ns, "ns", "lower");
+	metric("parent_cow_seq_ns_per_page", pr->seq_ns, "ns", "lower");
+	metric("parent_cow_rand_ns_per_page", pr->rand_ns, "ns", "lower");
+}
+
+/* Phase 1: fork, what it added, and the exit of a child that wrote nothing */
+static void phase_fork_exit(const struct opts *o, char *p,
+			    struct parent_report *pr)
+{
+	long pt0 = pagetables_kb();
+	int go[2];
+	uint64_t t0, t1;
+	pid_t pid;
+
+	if (pipe(go))
+		die_errno("pipe");
+	t0 = now_ns();
+	pid = waiting_child(o, p, go, NULL);
+	t1 = now_ns();
+	close(go[0]);
+	pr->fork_ms = (t1 - t0) / 1e6;
+	pr->pt_added = pagetables_kb() - pt0;
+	pr->child_vmpte = status_kb(pid, "VmPTE");
+	pr->child_vmrss = status_kb(pid, "VmRSS");
+	pr->vmpte = status_kb(0, "VmPTE");
+	pr->vmrss = status_kb(0, "VmRSS");
+	t0 = now_ns();
+	if (write(go[1], "x", 1) != 1)
+		die_errno("write");
+	reap(pid, "exit without writing");
+	pr->exit_ms = (now_ns() - t0) / 1e6;
+	close(go[1]);
+}
+
+/* Phase 2: the child's first writes */
+static void phase_child_writes(const struct opts *o, char *p,
+			       const unsigned long *idx,
+			       struct child_report *r)
+{
+	int fd[2], status;
+	pid_t pid;
+
+	if (pipe(fd))
+		die_errno("pipe");
+	pid = fork();
+	if (pid < 0)
+		die_errno("fork");
+	if (!pid) {
+		bench_child = 1;
+		close(fd[0]);
+		child(o, p, idx, fd[1]);
+	}
+	close(fd[1]);
+	if (read(fd[0], r, sizeof(*r)) != sizeof(*r))
+		r->bad_before = r->bad_after = ~0UL;
+	close(fd[0]);
+	if (waitpid(pid, &status, 0) != pid)
+		die_errno("waitpid");
+	if (r->bad_before == ~0UL)
+		verify_failed("child sent no report (status 0x%x)", status);
+	if (r->bad_before)
+		verify_failed("child: %lu pages lacked the parent's data before its write",
+			      r->bad_before);
+	if (r->bad_after)
+		verify_failed("child: %lu pages wrong after its writes",
+			      r->bad_after);
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		verify_failed("child exit status 0x%x", status);
+}
+
+/* Phase 3: the parent's first writes while a child still maps the pages */
+static void phase_parent_writes(const struct opts *o, char *p,
+				const unsigned long *idx,
+				struct parent_report *pr)
+{
+	unsigned long bad;
+	int go[2];
+	pid_t pid;
+
+	if (pipe(go))
+		die_errno("pipe");
+	pid = waiting_child(o, p, go, idx);
+	close(go[0]);
+	bad = first_writes(o, p, idx, PARENT2_SEED, &pr->seq_ns, &pr->rand_ns);
+	if (write(go[1], "x", 1) != 1)
+		die_errno("write");
+	close(go[1]);
+	reap(pid, "child after the parent's writes (it saw them: exit 1)");
+	if (bad)
+		verify_failed("parent: %lu pages changed before its first write",
+			      bad);
+	bad = check_area(o, p, idx, PARENT2_SEED);
+	if (bad)
+		verify_failed("parent: %lu pages wrong after its writes", bad);
 }
 
 int main(int argc, char **argv)
 {
+	struct parent_report pr = { 0 };
 	struct child_report r;
-	int fd[2], status, cow_pte = 0;
-	long pte, rss;
+	unsigned long *idx;
+	int cow_pte = 0;
 	struct opts o;
-	uint64_t t0, t1;
 	char *p;
-	pid_t pid;
 
 	bench_init();
 	parse(argc, argv, &o);
@@ -229,39 +390,17 @@ int main(int argc, char **argv)
 	if (o.cow_pte)
 		cow_pte = enable_cow_pte();
 	p = setup_area(&o);
-	if (pipe(fd))
-		die_errno("pipe");
-	t0 = now_ns();
-	pid = fork();
-	t1 = now_ns();
-	if (pid < 0)
-		die_errno("fork");
-	if (!pid) {
-		bench_child = 1;
-		close(fd[0]);
-		child(&o, p, fd[1]);
-	}
-	pte = status_kb(0, "VmPTE");
-	rss = status_kb(0, "VmRSS");
-	close(fd[1]);
-	if (read(fd[0], &r, sizeof(r)) != sizeof(r))
-		r.bad_before = r.bad_after = ~0UL;
-	if (waitpid(pid, &status, 0) != pid)
-		die_errno("waitpid");
-	if (r.bad_before == ~0UL)
-		verify_failed("child sent no report (status 0x%x)", status);
-	if (r.bad_before)
-		verify_failed("child: %lu pages lacked the parent's data before its write",
-			      r.bad_before);
-	if (r.bad_after)
-		verify_failed("child: %lu pages wrong after its writes",
-			      r.bad_after);
-	if (!WIFEXITED(status) || WEXITSTATUS(status))
-		verify_failed("child exit status 0x%x", status);
+	idx = rand_pages(&o);
+	phase_fork_exit(&o, p, &pr);
+	if (parent_bad(&o, p))
+		verify_failed("parent: %lu pages changed after the first child",
+			      parent_bad(&o, p));
+	phase_child_writes(&o, p, idx, &r);
 	if (parent_bad(&o, p))
 		verify_failed("parent: %lu pages changed by the child's writes",
 			      parent_bad(&o, p));
-	report(&r, (t1 - t0) / 1e6, pte, rss, cow_pte);
+	phase_parent_writes(&o, p, idx, &pr);
+	report(&r, &pr, cow_pte);
 	verify_ok();
 	return 0;
 }

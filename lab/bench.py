@@ -34,6 +34,8 @@ BENCHES = [
     # --cow-pte: the kernel's COW page table opt-in where it has one (else ignored)
     _b("fork", "fork", "bench_fork", "--cow-pte"),
     _b("fork-thp", "fork", "bench_fork", "--thp", "--cow-pte"),
+    # the same without asking: what the series costs a fork that does not share
+    _b("fork-noshare", "fork", "bench_fork"),
     _b("pt_reclaim-dontneed", "pt_reclaim", "bench_pt_reclaim"),
     _b("pt_reclaim-free", "pt_reclaim", "bench_pt_reclaim", "--free"),
     _b("fault-1proc", "pt_reclaim", "bench_pt_reclaim", "--fault", "--procs", "1"),
