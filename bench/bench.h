@@ -17,6 +17,7 @@
 #ifndef PTLAB_BENCH_H
 #define PTLAB_BENCH_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -325,6 +326,46 @@ static inline int knob_set(const char *path, const char *val)
 	if (!nr_knobs++)
 		atexit(knobs_restore);
 	return write_file(path, val);
+}
+
+/* ---- mTHP ------------------------------------------------------------ */
+
+#define MTHP64		THP_SYSFS "/hugepages-64kB"
+
+/*
+ * 64 KiB mTHPs only, for the run: hugepages-64kB set to @mode ("madvise",
+ * "always"), every other hugepages-* size "never"
+ */
+static inline void mthp64_only(const char *mode)
+{
+	char path[300], buf[128], cur[32];
+	struct dirent *d;
+	DIR *dir;
+	int ret;
+
+	if (!file_exists(MTHP64 "/enabled"))
+		skip("no " MTHP64 "/enabled (kernel without mTHP)");
+	ret = knob_set(MTHP64 "/enabled", mode);
+	if (ret)
+		die("set %s/enabled: %s", MTHP64, strerror(-ret));
+	dir = opendir(THP_SYSFS);
+	if (!dir)
+		die_errno("opendir " THP_SYSFS);
+	while ((d = readdir(dir))) {
+		if (strncmp(d->d_name, "hugepages-", 10) ||
+		    !strcmp(d->d_name, "hugepages-64kB"))
+			continue;
+		snprintf(path, sizeof(path), THP_SYSFS "/%s/enabled", d->d_name);
+		if (read_file(path, buf, sizeof(buf)))
+			continue;
+		knob_current(buf, cur, sizeof(cur));
+		if (!strcmp(cur, "never"))
+			continue;
+		ret = knob_set(path, "never");
+		if (ret)
+			die("set %s: %s", path, strerror(-ret));
+	}
+	closedir(dir);
 }
 
 /* ---- memory ---------------------------------------------------------- */

@@ -31,7 +31,6 @@
 #define BUF_SIZE	(5 * MiB)
 #define NPAGES		(BUF_SIZE / PAGE_SZ)
 #define PARENT_SEED	0x11
-#define MTHP64		THP_SYSFS "/hugepages-64kB"
 #define USAGE		"usage: %s [--quick|--full] [--children N] [--mthp64]\n"
 
 struct opts {

@@ -18,7 +18,6 @@
  * 90% of the large-folio runs (an occasional fallback is no reason to drop
  * the run, a kernel that ignores the setting is).
  */
-#include <dirent.h>
 #include <getopt.h>
 #include <linux/kernel-page-flags.h>
 #include <sys/wait.h>
@@ -27,7 +26,6 @@
 
 #define SEED		0x3c
 #define MAX_SAMPLES	256
-#define MTHP64		THP_SYSFS "/hugepages-64kB"
 
 struct opts {
 	size_t size;
@@ -87,39 +85,6 @@ static void parse(int argc, char **argv, struct opts *o)
 		o->size = size;
 }
 
-/* 64k: hugepages-64kB "madvise", every other size "never", for the run */
-static void setup_mthp64(void)
-{
-	char path[300], buf[128], cur[32];
-	struct dirent *d;
-	DIR *dir;
-	int ret;
-
-	if (!file_exists(MTHP64 "/enabled"))
-		skip("no " MTHP64 "/enabled (kernel without mTHP)");
-	ret = knob_set(MTHP64 "/enabled", "madvise");
-	if (ret)
-		die("set %s/enabled: %s", MTHP64, strerror(-ret));
-	dir = opendir(THP_SYSFS);
-	if (!dir)
-		die_errno("opendir " THP_SYSFS);
-	while ((d = readdir(dir))) {
-		if (strncmp(d->d_name, "hugepages-", 10) ||
-		    !strcmp(d->d_name, "hugepages-64kB"))
-			continue;
-		snprintf(path, sizeof(path), THP_SYSFS "/%s/enabled", d->d_name);
-		if (read_file(path, buf, sizeof(buf)))
-			continue;
-		knob_current(buf, cur, sizeof(cur));
-		if (!strcmp(cur, "never"))
-			continue;
-		ret = knob_set(path, "never");
-		if (ret)
-			die("set %s: %s", path, strerror(-ret));
-	}
-	closedir(dir);
-}
-
 static void setup(const struct opts *o)
 {
 	pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
@@ -127,7 +92,7 @@ static void setup(const struct opts *o)
 	if (pagemap_fd < 0 || kpf_fd < 0)
 		skip("needs /proc/self/pagemap and /proc/kpageflags (root)");
 	if (o->folio == 64 * KiB)
-		setup_mthp64();
+		mthp64_only("madvise");
 	if (o->folio == PMD_SZ && !file_exists(THP_SYSFS "/enabled"))
 		skip("kernel without THP");
 }

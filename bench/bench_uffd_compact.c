@@ -30,8 +30,15 @@
  *
  * Copy mode: UFFDIO_COPY from the source, then MADV_DONTNEED of the source
  * chunk. Move mode: UFFDIO_MOVE (mode 0, or ALLOW_SRC_HOLES with
- * --src-holes). 2m chunks use MADV_HUGEPAGE and 2 MiB aligned areas, so a
- * whole-PMD move moves the THP.
+ * --src-holes). The areas are 2 MiB aligned; --backing says what folios
+ * the source is made of: 4k (MADV_NOHUGEPAGE), 64k (64 KiB mTHPs only,
+ * MADV_HUGEPAGE) or 2m (THPs, MADV_HUGEPAGE, so a whole-PMD move moves the
+ * THP); by default 2m for 2m chunks, else 4k. "dst_large_pct" is the share
+ * of destination pages in large folios after the compaction (kpageflags):
+ * what a move kept of the source's large folios.
+ *
+ * --mutators 0: the compactor alone, without the cross-CPU TLB flushes
+ * that mutator threads on other CPUs make expensive under TCG.
  *
  * Verify: every destination page holds its pattern, every source page
  * reads zero, every chunk was moved, no mutator read a wrong value.
@@ -42,6 +49,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include <linux/kernel-page-flags.h>
 #include <linux/userfaultfd.h>
 
 #include "bench.h"
@@ -49,13 +57,13 @@
 #define SEED		0x2b
 #define MAX_MUTATORS	16
 #define USAGE		"usage: %s [--quick|--full] [--mode move|copy] " \
-			"[--move-size 4k|64k|2m] [--mutators M] [--src-holes] " \
-			"[--size BYTES]\n"
+			"[--move-size 4k|64k|2m] [--backing 4k|64k|2m] " \
+			"[--mutators M] [--src-holes] [--size BYTES]\n"
 
 enum mode { MODE_MOVE, MODE_COPY };
 
 struct opts {
-	size_t size, chunk;
+	size_t size, chunk, backing;
 	enum mode mode;
 	int mutators;
 	int src_holes;
@@ -87,6 +95,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		SIZE_OPTIONS,
 		{ "mode", required_argument, NULL, 'm' },
 		{ "move-size", required_argument, NULL, 's' },
+		{ "backing", required_argument, NULL, 'b' },
 		{ "mutators", required_argument, NULL, 'M' },
 		{ "src-holes", no_argument, NULL, 'H' },
 		{ "size", required_argument, NULL, 'S' },
@@ -114,6 +123,9 @@ static void parse(int argc, char **argv, struct opts *o)
 		case 's':
 			o->chunk = parse_size(optarg);
 			break;
+		case 'b':
+			o->backing = parse_size(optarg);
+			break;
 		case 'M':
 			o->mutators = atoi(optarg);
 			break;
@@ -130,6 +142,11 @@ static void parse(int argc, char **argv, struct opts *o)
 		}
 	}
 	if (o->chunk != PAGE_SZ && o->chunk != 64 * KiB && o->chunk != PMD_SZ)
+		usage_exit(USAGE, argv[0]);
+	if (!o->backing)
+		o->backing = o->chunk == PMD_SZ ? PMD_SZ : PAGE_SZ;
+	if (o->backing != PAGE_SZ && o->backing != 64 * KiB &&
+	    o->backing != PMD_SZ)
 		usage_exit(USAGE, argv[0]);
 	if (o->mutators < 0 || o->mutators > MAX_MUTATORS)
 		usage_exit(USAGE, argv[0]);
@@ -398,8 +415,11 @@ static void stop_threads(pthread_t htid)
 
 static void setup_areas(void)
 {
-	int adv = g.o.chunk == PMD_SZ ? MADV_HUGEPAGE : MADV_NOHUGEPAGE;
+	int adv = g.o.backing == PAGE_SZ ? MADV_NOHUGEPAGE : MADV_HUGEPAGE;
 	unsigned long i, words = (g.nchunks + 63) / 64;
+
+	if (g.o.backing == 64 * KiB)
+		mthp64_only("madvise");
 
 	g.src = map_aligned(g.o.size, PMD_SZ, 0);
 	g.dst = map_aligned(g.o.size, PMD_SZ, 0);
@@ -488,6 +508,25 @@ static void check(void)
 			      src_bad, g.o.mode == MODE_MOVE ? "move" : "copy");
 }
 
+/* % of the destination's pages in large folios (kpageflags THP) */
+static double dst_large_pct(void)
+{
+	int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	int kf = open("/proc/kpageflags", O_RDONLY | O_CLOEXEC);
+	unsigned long i, large = 0;
+	uint64_t pfn;
+
+	if (pm < 0 || kf < 0)
+		die_errno("open pagemap/kpageflags (root)");
+	for (i = 0; i < g.npages; i++) {
+		pfn = pagemap_pfn(pm, g.dst + i * PAGE_SZ);
+		large += pfn && (kpageflags(kf, pfn) & (1ULL << KPF_THP));
+	}
+	close(pm);
+	close(kf);
+	return 100.0 * large / g.npages;
+}
+
 static void report(double ms, long long pgalloc)
 {
 	unsigned long reads = 0, dropped = 0, n;
@@ -512,6 +551,8 @@ static void report(double ms, long long pgalloc)
 	}
 	metric("faults", g.events, "count", "lower");
 	metric("pgalloc", pgalloc, "pages", "lower");
+	if (g.o.backing != PAGE_SZ)
+		metric("dst_large_pct", dst_large_pct(), "%", "higher");
 }
 
 int main(int argc, char **argv)
@@ -524,8 +565,8 @@ int main(int argc, char **argv)
 	parse(argc, argv, &g.o);
 	g.npages = g.o.size / PAGE_SZ;
 	g.nchunks = g.o.size / g.o.chunk;
-	printf("# sizes: area %s, chunk %s, mode %s%s, %d mutators\n",
-	       size_str(g.o.size), size_str(g.o.chunk),
+	printf("# sizes: area %s, chunk %s, %s folios, mode %s%s, %d mutators\n",
+	       size_str(g.o.size), size_str(g.o.chunk), size_str(g.o.backing),
 	       g.o.mode == MODE_MOVE ? "move" : "copy",
 	       g.o.src_holes ? " (ALLOW_SRC_HOLES)" : "", g.o.mutators);
 	setup_areas();

@@ -48,8 +48,16 @@ BENCHES = [
     _b("teardown-4k", "teardown", "bench_teardown", "--folio", "4k"),
     _b("teardown-64k", "teardown", "bench_teardown", "--folio", "64k"),
     _b("teardown-2m", "teardown", "bench_teardown", "--folio", "2m"),
-    *[_b(f"uffd-{mode}-{size}", "uffd_compact", "bench_uffd_compact", "--mode", mode,
-         "--move-size", size) for mode in ("copy", "move") for size in ("4k", "64k", "2m")],
+    # UFFDIO_MOVE vs UFFDIO_COPY+DONTNEED: chunks of 4k, 64k and 2m of 4 KiB pages,
+    # 64k of 64 KiB mTHPs, 2m of THPs; with 2 mutator threads reading the
+    # destination, and with none ("-m0": the compactor's own cost, without the
+    # cross-CPU TLB flushes that TCG makes costly)
+    *[_b(f"uffd-{mode}-{name}{m0}", "uffd_compact", "bench_uffd_compact", "--mode", mode,
+         "--move-size", chunk, "--backing", backing, "--mutators", "0" if m0 else "2")
+      for m0 in ("", "-m0") for mode in ("copy", "move")
+      for name, chunk, backing in (("4k", "4k", "4k"), ("64k", "64k", "4k"),
+                                   ("2m", "2m", "4k"), ("64k-mthp", "64k", "64k"),
+                                   ("2m-thp", "2m", "2m"))],
 ]
 GROUPS = list(dict.fromkeys(b.group for b in BENCHES))
 

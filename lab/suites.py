@@ -65,6 +65,7 @@ OURS = [
     _t("ptlab", "migration_walk", timeout=900),
     _t("ptlab", "pt_reclaim", timeout=600),
     _t("ptlab", "uffd_race", timeout=600),
+    _t("ptlab", "uffd_move", timeout=600),
     _t("ptlab", "cow_pte", timeout=900),
     _t("ptlab", "cow_pte_race", timeout=600),
 ]
