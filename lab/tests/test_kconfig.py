@@ -50,4 +50,4 @@ def test_a_compiled_out_feature_fails_the_patched_kernel(tmp_path):
 
 def test_feature_sysctls_come_from_features_config():
     assert kconfig.feature_sysctls() == ["vm.migration_walk_early_exit", "vm.pte_table_reclaim",
-                                         "vm.cow_pte"]
+                                         "vm.cow_pte", "vm.uffd_move_batch"]
