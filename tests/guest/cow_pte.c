@@ -1110,8 +1110,6 @@ TEST(break_gives_up_a_half_copy)
 	scen_check(_metadata, &s, SWAP_MAP_MAX);
 }
 
-#define GUP_PIN_COUNTING_BIAS	1024
-
 /*
  * 13. A break meets a page that may be pinned: a page whose refcount
  * looks pinned (the parent vmsplice()s it over a thousand times) in the
@@ -1125,8 +1123,7 @@ TEST(break_gives_up_a_half_copy)
 TEST(break_copies_a_maybe_pinned_page)
 {
 	const unsigned long mid = PER_TABLE / 2;
-	int pipes[8][2], npipes = 0;
-	unsigned long refs = 0;
+	struct vmsplice_pin pin;
 	uint64_t pfn_mid;
 	struct counters d;
 	struct scen s;
@@ -1143,17 +1140,8 @@ TEST(break_copies_a_maybe_pinned_page)
 	ASSERT_NE(NULL, s.p);
 	ASSERT_EQ(0, madvise(s.p, SZ_2M, MADV_NOHUGEPAGE));
 	fill(s.p, 0, PER_TABLE, 1);
-	while (refs < GUP_PIN_COUNTING_BIAS + 64 && npipes < 8) {
-		struct iovec iov = { s.p + mid * PAGE_SIZE, PAGE_SIZE };
-
-		ASSERT_EQ(0, pipe(pipes[npipes]));
-		fcntl(pipes[npipes][1], F_SETPIPE_SZ, 1 << 20);
-		while (vmsplice(pipes[npipes][1], &iov, 1,
-				SPLICE_F_NONBLOCK) == PAGE_SIZE)
-			refs++;
-		npipes++;
-	}
-	ASSERT_LE(GUP_PIN_COUNTING_BIAS + 64, refs);
+	ASSERT_LE(GUP_PIN_COUNTING_BIAS + 64,
+		  vmsplice_pin(&pin, s.p + mid * PAGE_SIZE));
 	pm = open("/proc/self/pagemap", O_RDONLY);
 	ASSERT_LE(0, pm);
 	pfn_mid = pagemap_entry(pm, s.p + mid * PAGE_SIZE) & PM_PFN;
@@ -1185,10 +1173,7 @@ TEST(break_copies_a_maybe_pinned_page)
 	}
 	EXPECT_EQ(0, reap(pid)) TH_LOG("1 no pin, 3 no injected failure, "
 				       "4 the page was not copied, 5 bad data");
-	for (int i = 0; i < npipes; i++) {
-		close(pipes[i][0]);
-		close(pipes[i][1]);
-	}
+	vmsplice_unpin(&pin);
 	EXPECT_EQ(0, count_bad(s.p, 0, PER_TABLE, 1));
 	counters_since(_metadata, &s.before, &d);
 	EXPECT_LE(1, d.v[BREAK]);

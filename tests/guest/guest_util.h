@@ -37,6 +37,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -275,6 +276,51 @@ static inline int set_switch(const char *path, int on)
 	if (!switch_present(path))
 		return 0;
 	return write_knob(path, on ? "1\n" : "0\n");
+}
+
+/* --- pins ---------------------------------------------------------------- */
+
+#define GUP_PIN_COUNTING_BIAS	1024
+#define PIN_PIPES		8
+
+struct vmsplice_pin {
+	int pipes[PIN_PIPES][2];
+	int npipes;
+	unsigned long refs;
+};
+
+/*
+ * Make the small folio of @page look pinned (folio_maybe_dma_pinned():
+ * a refcount over GUP_PIN_COUNTING_BIAS) by vmsplice()-ing it into pipes
+ * over a thousand times; the pipes hold the references until
+ * vmsplice_unpin().  Returns the references taken (0 on failure).
+ */
+static inline unsigned long vmsplice_pin(struct vmsplice_pin *pin, char *page)
+{
+	struct iovec iov = { page, PAGE_SIZE };
+
+	pin->npipes = 0;
+	pin->refs = 0;
+	while (pin->refs < GUP_PIN_COUNTING_BIAS + 64 && pin->npipes < PIN_PIPES) {
+		int *fds = pin->pipes[pin->npipes];
+
+		if (pipe(fds))
+			break;
+		pin->npipes++;
+		fcntl(fds[1], F_SETPIPE_SZ, 1 << 20);
+		while (vmsplice(fds[1], &iov, 1, SPLICE_F_NONBLOCK) == PAGE_SIZE)
+			pin->refs++;
+	}
+	return pin->refs;
+}
+
+static inline void vmsplice_unpin(struct vmsplice_pin *pin)
+{
+	for (int i = 0; i < pin->npipes; i++) {
+		close(pin->pipes[i][0]);
+		close(pin->pipes[i][1]);
+	}
+	pin->npipes = 0;
 }
 
 /* --- userfaultfd -------------------------------------------------------- */

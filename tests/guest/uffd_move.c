@@ -465,34 +465,18 @@ TEST(ebusy_after_fork)
 	area_fini(&a);
 }
 
-#define GUP_PIN_COUNTING_BIAS	1024
-
 /* A page that looks pinned (a thousand vmsplice() references): EBUSY */
 TEST(ebusy_pinned)
 {
-	int pipes[8][2], npipes = 0;
-	unsigned long refs = 0;
+	struct vmsplice_pin pin;
 	struct area a;
 
 	ASSERT_EQ(0, area_init(&a, SZ_2M, false, 0, false));
 	fill(a.src, 0, NPAGES, 12);
-	while (refs < GUP_PIN_COUNTING_BIAS + 64 && npipes < 8) {
-		struct iovec iov = { a.src, PAGE_SIZE };
-
-		ASSERT_EQ(0, pipe(pipes[npipes]));
-		fcntl(pipes[npipes][1], F_SETPIPE_SZ, 1 << 20);
-		while (vmsplice(pipes[npipes][1], &iov, 1,
-				SPLICE_F_NONBLOCK) == PAGE_SIZE)
-			refs++;
-		npipes++;
-	}
-	ASSERT_LE(GUP_PIN_COUNTING_BIAS + 64, refs);
+	ASSERT_LE(GUP_PIN_COUNTING_BIAS + 64, vmsplice_pin(&pin, a.src));
 	EXPECT_EQ(-EBUSY, do_move(&a, 0, 0, PAGE_SIZE, 0, NULL));
 	EXPECT_EQ(0, do_move(&a, PAGE_SIZE, PAGE_SIZE, PAGE_SIZE, 0, NULL));
-	for (int i = 0; i < npipes; i++) {
-		close(pipes[i][0]);
-		close(pipes[i][1]);
-	}
+	vmsplice_unpin(&pin);
 	EXPECT_EQ(0, do_move(&a, 0, 0, PAGE_SIZE, 0, NULL));
 	EXPECT_EQ(0, count_bad(a.dst, 0, 2, 12));
 	area_fini(&a);
