@@ -893,7 +893,6 @@ TEST(unprotected_pages_stay_writable)
 struct dontneed {
 	char *p;
 	unsigned long len;
-	atomic_int done;
 };
 
 static void *do_dontneed(void *arg)
@@ -901,7 +900,6 @@ static void *do_dontneed(void *arg)
 	struct dontneed *d = arg;
 
 	madvise(d->p, d->len, MADV_DONTNEED);
-	atomic_store(&d->done, 1);
 	return NULL;
 }
 
