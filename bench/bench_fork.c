@@ -10,7 +10,8 @@
  *  1. fork (timed), then, with the child waiting: the system's PageTables
  *     growth (/proc/meminfo after vm/stat_refresh) and the child's
  *     VmPTE/VmRSS; the child then exits without writing, timed from the
- *     parent's "go" to waitpid() (exit_nowrite).
+ *     parent's "go" to waitpid() (exit_nowrite).  Five times: the times
+ *     reported are the medians, the memory figures the first fork's.
  *  2. the child writes sequentially to the start of the area (up to
  *     256 MiB, half of it at most: cow_seq) and to random pages of the
  *     rest (cow_rand), each page once, so every write is a first write
@@ -281,33 +282,61 @@ static void report(const struct child_report *r,
 	metric("parent_cow_rand_ns_per_page", pr->rand_ns, "ns", "lower");
 }
 
-/* Phase 1: fork, what it added, and the exit of a child that wrote nothing */
+/* qsort() order of doubles */
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/*
+ * Phase 1: fork, what it added, and the exit of a child that wrote nothing;
+ * FORK_REPS times, the median of each time (one fork is one sample of a
+ * few milliseconds: a timer tick or a TCG translation flush moves it).
+ */
+#define FORK_REPS	5
+
 static void phase_fork_exit(const struct opts *o, char *p,
 			    struct parent_report *pr)
 {
-	long pt0 = pagetables_kb();
-	int go[2];
+	double fork_ms[FORK_REPS], exit_ms[FORK_REPS];
 	uint64_t t0, t1;
+	int go[2], i;
 	pid_t pid;
+	long pt0;
 
-	if (pipe(go))
-		die_errno("pipe");
-	t0 = now_ns();
-	pid = waiting_child(o, p, go, NULL);
-	t1 = now_ns();
-	close(go[0]);
-	pr->fork_ms = (t1 - t0) / 1e6;
-	pr->pt_added = pagetables_kb() - pt0;
-	pr->child_vmpte = status_kb(pid, "VmPTE");
-	pr->child_vmrss = status_kb(pid, "VmRSS");
-	pr->vmpte = status_kb(0, "VmPTE");
-	pr->vmrss = status_kb(0, "VmRSS");
-	t0 = now_ns();
-	if (write(go[1], "x", 1) != 1)
-		die_errno("write");
-	reap(pid, "exit without writing");
-	pr->exit_ms = (now_ns() - t0) / 1e6;
-	close(go[1]);
+	for (i = 0; i < FORK_REPS; i++) {
+		if (pipe(go))
+			die_errno("pipe");
+		pt0 = pagetables_kb();
+		t0 = now_ns();
+		pid = waiting_child(o, p, go, NULL);
+		t1 = now_ns();
+		close(go[0]);
+		fork_ms[i] = (t1 - t0) / 1e6;
+		if (!i) {
+			pr->pt_added = pagetables_kb() - pt0;
+			pr->child_vmpte = status_kb(pid, "VmPTE");
+			pr->child_vmrss = status_kb(pid, "VmRSS");
+			pr->vmpte = status_kb(0, "VmPTE");
+			pr->vmrss = status_kb(0, "VmRSS");
+		}
+		t0 = now_ns();
+		if (write(go[1], "x", 1) != 1)
+			die_errno("write");
+		reap(pid, "exit without writing");
+		exit_ms[i] = (now_ns() - t0) / 1e6;
+		close(go[1]);
+	}
+	pr->fork_ms = median(fork_ms, FORK_REPS);
+	pr->exit_ms = median(exit_ms, FORK_REPS);
 }
 
 /* Phase 2: the child's first writes */

@@ -36,6 +36,9 @@ BENCHES = [
     _b("fork-thp", "fork", "bench_fork", "--thp", "--cow-pte"),
     # the same without asking: what the series costs a fork that does not share
     _b("fork-noshare", "fork", "bench_fork"),
+    # the same process with 4 MiB instead of the area: what fork costs with
+    # (almost) nothing to copy or share, the floor of fork_latency on each kernel
+    _b("fork-4m", "fork", "bench_fork", "--size", "4M", "--cow-pte"),
     _b("pt_reclaim-dontneed", "pt_reclaim", "bench_pt_reclaim"),
     _b("pt_reclaim-free", "pt_reclaim", "bench_pt_reclaim", "--free"),
     _b("fault-1proc", "pt_reclaim", "bench_pt_reclaim", "--fault", "--procs", "1"),
