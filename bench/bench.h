@@ -157,6 +157,24 @@ static inline uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
+/* ---- statistics ---------------------------------------------------- */
+
+static inline int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* the @q quantile (0..1) of @v, sorted here; 0 if empty */
+static inline double quantile(double *v, size_t n, double q)
+{
+	if (!n)
+		return 0;
+	qsort(v, n, sizeof(*v), cmp_double);
+	return v[(size_t)(q * (n - 1) + 0.5)];
+}
+
 /* ---- files --------------------------------------------------------- */
 
 /* read a small file into buf (NUL terminated); -errno on failure */

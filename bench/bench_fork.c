@@ -282,20 +282,6 @@ static void report(const struct child_report *r,
 	metric("parent_cow_rand_ns_per_page", pr->rand_ns, "ns", "lower");
 }
 
-/* qsort() order of doubles */
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /*
  * Phase 1: fork, what it added, and the exit of a child that wrote nothing;
  * FORK_REPS times, the median of each time (one fork is one sample of a
@@ -335,8 +321,8 @@ static void phase_fork_exit(const struct opts *o, char *p,
 		exit_ms[i] = (now_ns() - t0) / 1e6;
 		close(go[1]);
 	}
-	pr->fork_ms = median(fork_ms, FORK_REPS);
-	pr->exit_ms = median(exit_ms, FORK_REPS);
+	pr->fork_ms = quantile(fork_ms, FORK_REPS, 0.5);
+	pr->exit_ms = quantile(exit_ms, FORK_REPS, 0.5);
 }
 
 /* Phase 2: the child's first writes */
