@@ -679,8 +679,6 @@ TEST(child_mlocks_and_collapses)
 	scen_check(_metadata, &s, TABLES);
 }
 
-#define PM_PRESENT	(1ULL << 63)
-#define PM_PFN		((1ULL << 55) - 1)
 
 static int write_clear_refs(const char *type)
 {
@@ -753,11 +751,13 @@ TEST(clear_refs_and_pagemap)
 }
 
 /*
- * 10. A file mapped into a hole of a shared table, then truncated: the
- * truncation zaps the file VMA's part of the table, which holds nothing
- * of it (any fault there breaks the share first), so nothing may change
- * for the holders, and nothing may warn.  Then the file is extended and
- * written through the mapping: that fault breaks the table.
+ * 10. A hole in a table at fork, then a file mapped into it and truncated.
+ * Fork shares only the tables one VMA maps whole, so the table with the
+ * hole is copied and the others shared.  In the child, a file mapped into
+ * the hole and truncated (unmap_mapping_range(), a zap without mmap_lock,
+ * which once walked the VMA tree of a table shared around the hole) and
+ * then written through the mapping changes nothing of the area, on either
+ * side, and nothing may warn.
  */
 TEST(file_mapped_into_a_hole)
 {
@@ -798,6 +798,96 @@ TEST(file_mapped_into_a_hole)
 	EXPECT_EQ(0, count_bad(s.p, 0, hole, 1));
 	EXPECT_EQ(0, count_bad(s.p, hole + len, PAGES - hole - len, 1));
 	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES - 1);
+}
+
+#define KSM		"/sys/kernel/mm/ksm/"
+
+/* ksmd's full scans: -1 if there is no KSM */
+static long ksm_full_scans(void)
+{
+	char buf[32];
+
+	return read_knob(KSM "full_scans", buf, sizeof(buf)) ? -1 : atol(buf);
+}
+
+/* Let ksmd scan everything twice (20 s at most); false if it did not */
+static bool ksm_scan_twice(void)
+{
+	long start = ksm_full_scans(), end = now_ms() + 20000;
+
+	while (ksm_full_scans() < start + 2 && now_ms() < end)
+		usleep(50 * 1000);
+	return ksm_full_scans() >= start + 2;
+}
+
+/*
+ * 11. KSM over shared tables: two tables of identical pages, MADV_MERGEABLE,
+ * shared with a waiting child while ksmd scans both mms twice.  KSM
+ * write-protects a page through the rmap before merging it, and rmap
+ * walkers leave shared tables alone: it may merge nothing there, but must
+ * not write a shared table (the debug write check would warn) nor change
+ * what either side reads.  Then the child writes a page of each table and
+ * exits, the parent too (its tables become private again), and ksmd
+ * merges the parent's identical pages: the shares left nothing behind
+ * that keeps KSM out.
+ */
+TEST(ksm_scans_shared_tables)
+{
+	const unsigned long n = 2 * PER_TABLE;
+	unsigned long merged_end = 0;
+	struct scen s;
+	struct chan ch;
+	pid_t pid;
+
+	if (access(KSM "run", W_OK))
+		SKIP(return, "no KSM here");
+	scen_setup(_metadata, &s);
+	for (unsigned long i = 0; i < n; i++)
+		memset(s.p + i * PAGE_SIZE, 0x5c, PAGE_SIZE);
+	ASSERT_EQ(0, madvise(s.p, n * PAGE_SIZE, MADV_MERGEABLE));
+	ASSERT_EQ(0, chan_open(&ch));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		chan_get(ch.down[0]);
+		for (unsigned long i = 0; i < n; i++)
+			if (load_word(first_word(s.p + i * PAGE_SIZE)) !=
+			    0x5c5c5c5c5c5c5c5cUL)
+				_exit(1);
+		if (count_bad(s.p, n, PAGES - n, 1))
+			_exit(2);
+		fill(s.p, 0, 1, 2);
+		fill(s.p, PER_TABLE, 1, 2);
+		fill(s.p, n, 1, 2);
+		_exit(count_bad(s.p, 0, 1, 2) || count_bad(s.p, n, 1, 2) ? 3 : 0);
+	}
+	write_knob(KSM "sleep_millisecs", "0");
+	write_knob(KSM "pages_to_scan", "4096");
+	ASSERT_EQ(0, write_knob(KSM "run", "1"));
+	EXPECT_TRUE(ksm_scan_twice()) TH_LOG("ksmd did not scan");
+	TH_LOG("%lu of %lu identical pages merged while the tables were shared",
+	       count_merged(s.p, n), n);
+	chan_put(ch.down[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("1: identical pages changed, 2: tagged pages changed, 3: own writes lost");
+	fill(s.p, 1, 1, 3);
+	fill(s.p, PER_TABLE + 1, 1, 3);
+	EXPECT_EQ(0, count_bad(s.p, n, PAGES - n, 1));
+	EXPECT_EQ(0, count_bad(s.p, 1, 1, 3));
+	for (long end = now_ms() + 20000; now_ms() < end;) {
+		merged_end = count_merged(s.p + 2 * PAGE_SIZE, PER_TABLE - 2);
+		if (merged_end == PER_TABLE - 2)
+			break;
+		usleep(100 * 1000);
+	}
+	ASSERT_EQ(0, write_knob(KSM "run", "2"));
+	EXPECT_EQ(PER_TABLE - 2, merged_end)
+		TH_LOG("KSM did not merge the parent's pages after the share");
+	for (unsigned long i = 2; i < n; i++)
+		if (i != PER_TABLE + 1)
+			ASSERT_EQ(0x5c5c5c5c5c5c5c5cUL,
+				  load_word(first_word(s.p + i * PAGE_SIZE)));
+	ASSERT_EQ(0, munmap(s.p, AREA));
 	scen_check(_metadata, &s, TABLES);
 }
 
@@ -816,6 +906,9 @@ static struct knob knobs[] = {
 	{ .path = FAIL_PAGE_ALLOC "min-order" },
 	{ .path = FAIL_PAGE_ALLOC "ignore-gfp-highmem" },
 	{ .path = FAIL_PAGE_ALLOC "verbose" },
+	{ .path = KSM "run" },
+	{ .path = KSM "sleep_millisecs" },
+	{ .path = KSM "pages_to_scan" },
 };
 
 static void __attribute__((constructor)) save_knobs(void)
@@ -1004,7 +1097,6 @@ TEST(enomem_leaves_nothing_half_done)
 }
 
 #define SWAP_MAP_MAX	0x3e	/* swap count without a continuation */
-#define PM_SWAP		(1ULL << 62)
 /*
  * 12. A break gives up a half-made copy: one page in the middle of a
  * shared table is swapped out, and each of SWAP_MAP_MAX children breaks

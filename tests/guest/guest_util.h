@@ -170,6 +170,13 @@ static inline long vmpte_kb(void)
 	return status_kb("VmPTE:");
 }
 
+/* Bits of a /proc/pid/pagemap entry */
+#define PM_PRESENT	(1ULL << 63)
+#define PM_SWAP		(1ULL << 62)
+#define PM_UFFD_WP	(1ULL << 57)
+#define PM_SOFT_DIRTY	(1ULL << 55)
+#define PM_PFN		((1ULL << 55) - 1)
+
 /* The pagemap entry of @addr read from the open pagemap @fd; 0: failed */
 static inline uint64_t pagemap_entry(int fd, char *addr)
 {
@@ -178,6 +185,30 @@ static inline uint64_t pagemap_entry(int fd, char *addr)
 	if (pread(fd, &ent, sizeof(ent), (unsigned long)addr / PAGE_SIZE * 8) != 8)
 		return 0;
 	return ent;
+}
+
+/*
+ * How many of the @n pages at @p map the same page as the first: KSM
+ * merged them.  (Not /proc/kpageflags' KPF_KSM: 6.12.117 reports it for
+ * every anonymous page, "mapping & PAGE_MAPPING_KSM" being true whenever
+ * the PAGE_MAPPING_ANON bit is set.)
+ */
+static inline unsigned long count_merged(char *p, unsigned long n)
+{
+	int pm = open("/proc/self/pagemap", O_RDONLY);
+	uint64_t first = 0;
+	unsigned long same = 0;
+
+	for (unsigned long i = 0; pm >= 0 && i < n; i++) {
+		uint64_t pfn = pagemap_entry(pm, p + i * PAGE_SIZE) & PM_PFN;
+
+		if (!i)
+			first = pfn;
+		same += pfn && pfn == first;
+	}
+	if (pm >= 0)
+		close(pm);
+	return same;
 }
 
 /* kB of a field ("AnonHugePages:") of the VMA that starts at @p */

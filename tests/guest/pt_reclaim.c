@@ -66,10 +66,6 @@
 #define RECLAIM_SYSCTL	"/proc/sys/vm/pte_table_reclaim"
 #define MTHP_2M		"/sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled"
 
-#define PM_UFFD_WP	57
-#define PM_SWAP		62
-#define PM_PRESENT	63
-
 /* --- knobs: saved before the first test, restored after each one ------- */
 
 static struct knob knobs[] = {
@@ -130,10 +126,10 @@ static int open_pagemap(void)
 	return open("/proc/self/pagemap", O_RDONLY);
 }
 
-static bool pagemap_bit(char *addr, int bit)
+static bool pagemap_bit(char *addr, uint64_t bit)
 {
 	int fd = open_pagemap();
-	bool set = fd >= 0 && (pagemap_entry(fd, addr) >> bit & 1);
+	bool set = fd >= 0 && (pagemap_entry(fd, addr) & bit);
 
 	if (fd >= 0)
 		close(fd);
@@ -158,7 +154,7 @@ static long count_empty_tables(char *p, unsigned long nr)
 			break;
 		}
 		for (unsigned long i = 0; i < TABLE_PAGES; i++)
-			busy |= (ents[i] >> PM_PRESENT & 1) || (ents[i] >> PM_SWAP & 1);
+			busy |= !!(ents[i] & (PM_PRESENT | PM_SWAP));
 		empty += !busy;
 	}
 	close(fd);
@@ -689,7 +685,7 @@ static int for_all_but_keepers(char *p, bool write, unsigned int seed)
 }
 
 /* How many keepers have pagemap @bit set */
-static unsigned long count_keepers_with(char *p, int bit)
+static unsigned long count_keepers_with(char *p, uint64_t bit)
 {
 	unsigned long n = 0;
 
@@ -2061,7 +2057,7 @@ static void move_loop(struct __test_metadata *_metadata, struct move_race *m)
 			unsigned long v;
 
 			/* a hole leaves the destination empty: reading it would fault */
-			if (!(ents[i] >> PM_PRESENT & 1))
+			if (!(ents[i] & PM_PRESENT))
 				continue;
 			v = load_word(first_word(m->dst + i * PAGE_SIZE));
 			m->bad += v && v != tag(0x30, i);

@@ -24,11 +24,6 @@
 #include "kselftest_harness.h"
 #include "guest_util.h"
 
-#define PM_PRESENT	(1ULL << 63)
-#define PM_SWAP		(1ULL << 62)
-#define PM_UFFD_WP	(1ULL << 57)
-#define PM_SOFT_DIRTY	(1ULL << 55)
-#define PM_PFN		((1ULL << 55) - 1)
 
 #define THP_ENABLED	"/sys/kernel/mm/transparent_hugepage/enabled"
 #define THP_ZERO	"/sys/kernel/mm/transparent_hugepage/use_zero_page"
@@ -483,30 +478,6 @@ TEST(ebusy_pinned)
 }
 
 #define KSM		"/sys/kernel/mm/ksm/"
-/*
- * How many of the @n pages at @p map the same page as the first: KSM
- * merged them.  (Not /proc/kpageflags' KPF_KSM: 6.12.117 reports it for
- * every anonymous page, "mapping & PAGE_MAPPING_KSM" being true whenever
- * the PAGE_MAPPING_ANON bit is set.)
- */
-static unsigned long count_merged(char *p, unsigned long n)
-{
-	int pm = open("/proc/self/pagemap", O_RDONLY);
-	uint64_t first = 0;
-	unsigned long same = 0;
-
-	for (unsigned long i = 0; pm >= 0 && i < n; i++) {
-		uint64_t pfn = pagemap_entry(pm, p + i * PAGE_SIZE) & PM_PFN;
-
-		if (!i)
-			first = pfn;
-		same += pfn && pfn == first;
-	}
-	if (pm >= 0)
-		close(pm);
-	return same;
-}
-
 /* A page KSM merged is shared: EBUSY, and it stays where it was */
 TEST(ebusy_ksm)
 {
