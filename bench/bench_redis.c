@@ -14,8 +14,8 @@
  * for SAVES snapshots one after the other, each a BGSAVE followed by
  * INFO persistence polls until it is over.
  *
- * Sizes: K = 50000 / 800000 / 1600000 keys (--quick / default / --full):
- * ~70 MiB / ~1.1 GiB / ~2.2 GiB of server memory (the guest has 4 GiB).  The values of DEBUG
+ * Sizes: K = 50000 / 800000 / 3000000 keys (--quick / default / --full):
+ * ~70 MiB / ~1.1 GiB / ~4.1 GiB of server memory (the guest has 8 GiB).  The values of DEBUG
  * POPULATE are zero-padded, so the snapshot file (in /tmp, guest memory)
  * stays small.
  *
@@ -437,7 +437,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		}
 	}
 	o->keys = keys ? keys : sz == SIZE_QUICK ? 50000 :
-		  sz == SIZE_FULL ? 1600000 : 800000;
+		  sz == SIZE_FULL ? 3000000 : 800000;
 }
 
 int main(int argc, char **argv)
