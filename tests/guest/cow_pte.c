@@ -20,12 +20,14 @@
  * was injected (fail-nth reads 0 after), so it cannot pass without it.
  */
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/swap.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -608,20 +610,34 @@ TEST(child_changes_part_of_a_range)
 	scen_check(_metadata, &s, TABLES);
 }
 
+/* The first swap device of /proc/swaps in @dev: false if there is none */
+static bool swap_device(char *dev, size_t size)
+{
+	FILE *f = fopen("/proc/swaps", "r");
+	char line[256];
+	bool found = false;
+
+	if (!f)
+		return false;
+	/* a header, then a device per line: its path is the first field */
+	if (fgets(line, sizeof(line), f) && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, " \t")] = 0;
+		found = strlen(line) < size;
+		if (found)
+			strcpy(dev, line);
+	}
+	fclose(f);
+	return found;
+}
+
 /* 7. Swapped-out entries in a shared table, swapped in from either side */
 TEST(swap_entries_either_side)
 {
+	char dev[128];
 	struct scen s;
 	pid_t pid;
-	FILE *f = fopen("/proc/swaps", "r");
-	char line[256];
-	int lines = 0;
 
-	while (f && fgets(line, sizeof(line), f))
-		lines++;
-	if (f)
-		fclose(f);
-	if (lines < 2)
+	if (!swap_device(dev, sizeof(dev)))
 		SKIP(return, "no swap");
 	scen_setup(_metadata, &s);
 	ASSERT_EQ(0, madvise(s.p, AREA, MADV_PAGEOUT));
@@ -638,6 +654,54 @@ TEST(swap_entries_either_side)
 	EXPECT_EQ(0, reap(pid));
 	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1));
 	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES);
+}
+
+static void on_alarm(int sig)
+{
+}
+
+/*
+ * 7b. swapoff finds swap entries in a table only a child holds: the parent
+ * swapped the area out and forked (the child shares its tables and their
+ * swap entries, reading none of them), then let go of the area.  swapoff
+ * visits the mms of the swap users' list (mmlist); fork puts a child there
+ * when it copies a swap entry, so a share must too, or swapoff never finds
+ * the child's entries and retries until a signal (here, an alarm after
+ * 15 s) stops it with EINTR.
+ */
+TEST(swapoff_finds_a_child_holding_swap_entries)
+{
+	struct sigaction sa = { .sa_handler = on_alarm };
+	struct chan ch;
+	char dev[128];
+	struct scen s;
+	int ret, err;
+	pid_t pid;
+
+	if (!swap_device(dev, sizeof(dev)))
+		SKIP(return, "no swap");
+	scen_setup(_metadata, &s);
+	ASSERT_EQ(0, madvise(s.p, AREA, MADV_PAGEOUT));
+	ASSERT_EQ(0, chan_open(&ch));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		chan_get(ch.down[0]);	/* the parent's swapoff is done */
+		_exit(count_bad(s.p, 0, PAGES, 1) ? 1 : 0);
+	}
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	ASSERT_EQ(0, sigaction(SIGALRM, &sa, NULL));
+	alarm(15);
+	ret = swapoff(dev);
+	err = errno;
+	alarm(0);
+	if (!ret)
+		EXPECT_EQ(0, swapon(dev, 0)) TH_LOG("swapon %s: %s", dev,
+						     strerror(errno));
+	chan_put(ch.down[1]);
+	EXPECT_EQ(0, ret) TH_LOG("swapoff %s: %s", dev, strerror(err));
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's data changed");
 	scen_check(_metadata, &s, TABLES);
 }
 
