@@ -20,13 +20,15 @@
  * was injected (fail-nth reads 0 after), so it cannot pass without it.
  */
 #include <errno.h>
-#include <signal.h>
 #include <fcntl.h>
+#include <numaif.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/swap.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -702,6 +704,138 @@ TEST(swapoff_finds_a_child_holding_swap_entries)
 	chan_put(ch.down[1]);
 	EXPECT_EQ(0, ret) TH_LOG("swapoff %s: %s", dev, strerror(err));
 	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's data changed");
+	scen_check(_metadata, &s, TABLES);
+}
+
+#define CGROUP_ROOT	"/sys/fs/cgroup"
+#define CGROUP		CGROUP_ROOT "/ptlab_cow_pte"
+
+/* This process into a memcg of its own (and what it forks); false: no memcg */
+static bool enter_memcg(void)
+{
+	char pid[32];
+
+	snprintf(pid, sizeof(pid), "%d\n", getpid());
+	write_knob(CGROUP_ROOT "/cgroup.subtree_control", "+memory\n");
+	if (mkdir(CGROUP, 0755) && errno != EEXIST)
+		return false;
+	return !access(CGROUP "/memory.reclaim", W_OK) &&
+	       !write_knob(CGROUP "/cgroup.procs", pid);
+}
+
+static void leave_memcg(void)
+{
+	char pid[32];
+
+	snprintf(pid, sizeof(pid), "%d\n", getpid());
+	write_knob(CGROUP_ROOT "/cgroup.procs", pid);
+	rmdir(CGROUP);
+}
+
+/* The pages of [@p, @p + @n pages) not on @node (move_pages() asks) */
+static unsigned long count_off_node(char *p, unsigned long n, int node)
+{
+	void **addrs = calloc(n, sizeof(*addrs));
+	int *status = calloc(n, sizeof(*status));
+	unsigned long off = n;
+
+	if (addrs && status) {
+		for (unsigned long i = 0; i < n; i++)
+			addrs[i] = p + i * PAGE_SIZE;
+		if (!move_pages(0, n, addrs, NULL, status, 0))
+			for (off = 0; n--; )
+				off += status[n] != node;
+	}
+	free(addrs);
+	free(status);
+	return off;
+}
+
+/* Move [@p, @p + @n pages) to @node: the pages that did not get there */
+static unsigned long move_to_node(char *p, unsigned long n, int node)
+{
+	void **addrs = calloc(n, sizeof(*addrs));
+	int *nodes = calloc(n, sizeof(*nodes));
+	int *status = calloc(n, sizeof(*status));
+	unsigned long off = n;
+
+	if (addrs && nodes && status) {
+		for (unsigned long i = 0; i < n; i++) {
+			addrs[i] = p + i * PAGE_SIZE;
+			nodes[i] = node;
+		}
+		if (move_pages(0, n, addrs, nodes, status, MPOL_MF_MOVE) >= 0)
+			for (off = 0; n--; )
+				off += status[n] != node;
+	}
+	free(addrs);
+	free(nodes);
+	free(status);
+	return off;
+}
+
+/*
+ * 10. Migration and reclaim of a shared table's pages change the table in
+ * place, for every holder at once.  The parent moves its pages to the
+ * other node with move_pages() and the child finds its pages (the same)
+ * there; memory.reclaim of their memcg swaps the pages out and both find
+ * swap entries, the parent, owner of the tables, counting them in VmSwap.
+ * Nobody writes, so nothing breaks until each reads its pages back: every
+ * page checked on both sides, and a "Bad rss-counter" at exit would fail
+ * the run.  (Before rmap walkers changed shared tables in place, the pages
+ * stayed where they were, mapped.)
+ */
+TEST(migration_and_reclaim_change_shared_tables)
+{
+	unsigned long off, swapped = 0;
+	char dev[128], *pages;
+	struct chan ch;
+	struct scen s;
+	int node;
+	pid_t pid;
+
+	if (access("/sys/devices/system/node/node1", F_OK))
+		SKIP(return, "needs two NUMA nodes");
+	if (!swap_device(dev, sizeof(dev)))
+		SKIP(return, "no swap");
+	if (!enter_memcg())
+		SKIP(return, "no memory cgroup at " CGROUP);
+	scen_setup(_metadata, &s);
+	pages = s.p;
+	node = count_off_node(pages, 1, 0) ? 0 : 1;	/* the other one */
+	ASSERT_EQ(0, chan_open(&ch));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		chan_get(ch.down[0]);
+		chan_send(ch.up[1], count_off_node(pages, PAGES, node) ? 1 : 0);
+		chan_get(ch.down[0]);
+		if (!count_pagemap(pages, PAGES, PM_SWAP))
+			_exit(2);
+		_exit(count_bad(pages, 0, PAGES, 1) ? 3 : 0);
+	}
+
+	off = move_to_node(pages, PAGES, node);
+	EXPECT_EQ(0, off) TH_LOG("%lu of %lu pages not moved to node %d",
+				 off, PAGES, node);
+	chan_put(ch.down[1]);
+	EXPECT_EQ(0, chan_recv(ch.up[0])) TH_LOG("the child's pages did not move");
+
+	for (int i = 0; i < 20 && swapped < PAGES / 2; i++) {
+		write_knob(CGROUP "/memory.reclaim", "32M\n");
+		swapped = count_pagemap(pages, PAGES, PM_SWAP);
+	}
+	TH_LOG("%lu of %lu pages swapped out, VmSwap %ld kB", swapped, PAGES,
+	       status_kb("VmSwap:"));
+	EXPECT_LE(PAGES / 2, swapped);
+	if (s.feature)
+		EXPECT_LE((long)(swapped * PAGE_SIZE / 1024), status_kb("VmSwap:"))
+			TH_LOG("the owner counts the swap entries");
+	chan_put(ch.down[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's step that failed: exit code");
+	EXPECT_EQ(0, count_bad(pages, 0, PAGES, 1));
+	leave_memcg();
+	ASSERT_EQ(0, munmap(pages, AREA));
 	scen_check(_metadata, &s, TABLES);
 }
 

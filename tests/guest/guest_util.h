@@ -187,6 +187,22 @@ static inline uint64_t pagemap_entry(int fd, char *addr)
 	return ent;
 }
 
+/* The pagemap entries of @n pages at @p that have all bits of @bits */
+static inline unsigned long count_pagemap(char *p, unsigned long n,
+					  uint64_t bits)
+{
+	int fd = open("/proc/self/pagemap", O_RDONLY);
+	unsigned long count = 0;
+
+	if (fd < 0)
+		return 0;
+	for (unsigned long i = 0; i < n; i++)
+		if ((pagemap_entry(fd, p + i * PAGE_SIZE) & bits) == bits)
+			count++;
+	close(fd);
+	return count;
+}
+
 /*
  * How many of the @n pages at @p map the same page as the first: KSM
  * merged them.  (Not /proc/kpageflags' KPF_KSM: 6.12.117 reports it for

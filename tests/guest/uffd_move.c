@@ -166,21 +166,6 @@ static unsigned long count_bad(char *p, unsigned long first, unsigned long n,
 	return bad;
 }
 
-/* The pagemap entries of @n pages at @p that have all bits of @bits */
-static unsigned long count_pagemap(char *p, unsigned long n, uint64_t bits)
-{
-	int fd = open("/proc/self/pagemap", O_RDONLY);
-	unsigned long count = 0;
-
-	if (fd < 0)
-		return 0;
-	for (unsigned long i = 0; i < n; i++)
-		if ((pagemap_entry(fd, p + i * PAGE_SIZE) & bits) == bits)
-			count++;
-	close(fd);
-	return count;
-}
-
 /* THP "madvise" or "always", so that MADV_HUGEPAGE areas get THPs */
 static bool thp_usable(void)
 {
