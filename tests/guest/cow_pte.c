@@ -28,7 +28,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/swap.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -707,30 +706,7 @@ TEST(swapoff_finds_a_child_holding_swap_entries)
 	scen_check(_metadata, &s, TABLES);
 }
 
-#define CGROUP_ROOT	"/sys/fs/cgroup"
 #define CGROUP		CGROUP_ROOT "/ptlab_cow_pte"
-
-/* This process into a memcg of its own (and what it forks); false: no memcg */
-static bool enter_memcg(void)
-{
-	char pid[32];
-
-	snprintf(pid, sizeof(pid), "%d\n", getpid());
-	write_knob(CGROUP_ROOT "/cgroup.subtree_control", "+memory\n");
-	if (mkdir(CGROUP, 0755) && errno != EEXIST)
-		return false;
-	return !access(CGROUP "/memory.reclaim", W_OK) &&
-	       !write_knob(CGROUP "/cgroup.procs", pid);
-}
-
-static void leave_memcg(void)
-{
-	char pid[32];
-
-	snprintf(pid, sizeof(pid), "%d\n", getpid());
-	write_knob(CGROUP_ROOT "/cgroup.procs", pid);
-	rmdir(CGROUP);
-}
 
 /* The pages of [@p, @p + @n pages) not on @node (move_pages() asks) */
 static unsigned long count_off_node(char *p, unsigned long n, int node)
@@ -798,7 +774,7 @@ TEST(migration_and_reclaim_change_shared_tables)
 		SKIP(return, "needs two NUMA nodes");
 	if (!swap_device(dev, sizeof(dev)))
 		SKIP(return, "no swap");
-	if (!enter_memcg())
+	if (!enter_memcg(CGROUP))
 		SKIP(return, "no memory cgroup at " CGROUP);
 	scen_setup(_metadata, &s);
 	pages = s.p;
@@ -822,7 +798,7 @@ TEST(migration_and_reclaim_change_shared_tables)
 	EXPECT_EQ(0, chan_recv(ch.up[0])) TH_LOG("the child's pages did not move");
 
 	for (int i = 0; i < 20 && swapped < PAGES / 2; i++) {
-		write_knob(CGROUP "/memory.reclaim", "32M\n");
+		memcg_reclaim(CGROUP, "32M");
 		swapped = count_pagemap(pages, PAGES, PM_SWAP);
 	}
 	TH_LOG("%lu of %lu pages swapped out, VmSwap %ld kB", swapped, PAGES,
@@ -834,7 +810,7 @@ TEST(migration_and_reclaim_change_shared_tables)
 	chan_put(ch.down[1]);
 	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's step that failed: exit code");
 	EXPECT_EQ(0, count_bad(pages, 0, PAGES, 1));
-	leave_memcg();
+	leave_memcg(CGROUP);
 	ASSERT_EQ(0, munmap(pages, AREA));
 	scen_check(_metadata, &s, TABLES);
 }

@@ -11,10 +11,11 @@
  *    first (which retries under mmap_lock);
  *  - gup: reads random pages through /proc/self/mem (GUP-slow, which
  *    breaks) and vmsplice() (GUP-fast, which must bail on a shared table);
- *  - reclaim: MADV_PAGEOUT of a random table (skips shared ones);
- *  - migrate: move_pages() of a random table to the other node (leaves
- *    shared ones; a table shared while its pages were under migration gets
- *    them back in place);
+ *  - reclaim: MADV_PAGEOUT of a random table (skips shared ones), and
+ *    memory.reclaim of the memcg the parent and its children run in: its
+ *    rmap walks age and swap out pages of shared tables in place;
+ *  - migrate: move_pages() of a random table to the other node (moves the
+ *    pages of shared tables in place);
  *  - zap: MADV_DONTNEED of a whole random table (a drop while shared; PT
  *    reclaim frees the table once empty and private).
  * Each child meanwhile reads and writes random pages (breaks), zaps part of
@@ -55,6 +56,7 @@
 #define TABLES		(AREA / SZ_2M)
 #define PER_TABLE	(SZ_2M / PAGE_SIZE)
 #define MAX_CHILDREN	4
+#define CGROUP		CGROUP_ROOT "/ptlab_cow_pte_race"
 #define CHILD_OPS	400
 #define IO_PAGES	8
 
@@ -67,6 +69,7 @@ struct race {
 	char *p;
 	bool stop;			/* __atomic */
 	bool two_nodes;
+	bool memcg;			/* in CGROUP */
 	unsigned long bad, errors;	/* __atomic */
 	unsigned long bad_idx, bad_val;
 	const char *last_op;
@@ -171,6 +174,8 @@ static void *do_reclaim(void *arg)
 
 		/* EAGAIN/ENOMEM under pressure: not a failure of ours */
 		madvise(t, SZ_2M, MADV_PAGEOUT);
+		if (r->memcg)
+			memcg_reclaim(CGROUP, "2M");
 		usleep(2000);
 	}
 	return NULL;
@@ -190,7 +195,7 @@ static void *do_migrate(void *arg)
 			addrs[i] = t + i * PAGE_SIZE;
 			nodes[i] = n % 2;
 		}
-		/* pages of shared tables stay: a partial move is no failure */
+		/* a page busy (a GUP, a break's copy) stays: no failure */
 		move_pages(0, PER_TABLE, addrs, nodes, status, MPOL_MF_MOVE);
 	}
 	return NULL;
@@ -344,7 +349,10 @@ static void *(*const workers[])(void *) = {
 static const char * const counter_names[] = {
 	"cow_pte_share", "cow_pte_break", "cow_pte_reuse", "cow_pte_adopt",
 	"cow_pte_drop",
+	/* logged only: how much reclaim and migration the race got */
+	"pswpout", "pgmigrate_success",
 };
+#define NR_COUNTERS	(sizeof(counter_names) / sizeof(counter_names[0]))
 
 FIXTURE(race) {
 };
@@ -361,7 +369,7 @@ FIXTURE_TEARDOWN(race)
 TEST_F_TIMEOUT(race, breaks_drops_exits_against_everything, 300)
 {
 	const int nr = sizeof(workers) / sizeof(workers[0]);
-	long before[5], after[5], pt_before, pt_after;
+	long before[NR_COUNTERS], after[NR_COUNTERS], pt_before, pt_after;
 	pthread_t threads[sizeof(workers) / sizeof(workers[0])];
 	bool feature = vmstat("cow_pte_share") >= 0;
 	struct race r = { 0 };
@@ -375,9 +383,10 @@ TEST_F_TIMEOUT(race, breaks_drops_exits_against_everything, 300)
 	for (unsigned long i = 0; i < PAGES; i++)
 		write_tag(r.p + i * PAGE_SIZE, tag(1, i));
 	r.two_nodes = !access("/sys/devices/system/node/node1", F_OK);
+	r.memcg = enter_memcg(CGROUP);
 	if (feature)
 		ASSERT_EQ(0, prctl(PR_SET_COW_PTE, 1, 0, 0, 0));
-	for (int k = 0; k < 5; k++)
+	for (int k = 0; k < NR_COUNTERS; k++)
 		before[k] = vmstat(counter_names[k]);
 	pt_before = status_kb("VmPTE:");
 
@@ -388,8 +397,8 @@ TEST_F_TIMEOUT(race, breaks_drops_exits_against_everything, 300)
 	__atomic_store_n(&r.stop, true, __ATOMIC_RELAXED);
 	for (int k = 0; k < nr; k++)
 		ASSERT_EQ(0, pthread_join(threads[k], NULL));
-	TH_LOG("%lu forks in %.1f s, two nodes: %d", r.forks,
-	       (now_ms() - t0) / 1000.0, r.two_nodes);
+	TH_LOG("%lu forks in %.1f s, two nodes: %d, memcg: %d", r.forks,
+	       (now_ms() - t0) / 1000.0, r.two_nodes, r.memcg);
 
 	for (unsigned long i = 0; i < PAGES; i++)
 		parent_check(&r, r.p + i * PAGE_SIZE, i);
@@ -399,7 +408,7 @@ TEST_F_TIMEOUT(race, breaks_drops_exits_against_everything, 300)
 		"syscall, 11 its write lost, 12 a zapped page not zero, 13 "
 		"another's write, 2x its grandchild", r.child_code);
 	EXPECT_LT(10, r.forks);
-	for (int k = 0; k < 5; k++) {
+	for (int k = 0; k < NR_COUNTERS; k++) {
 		after[k] = vmstat(counter_names[k]);
 		TH_LOG("%s +%ld", counter_names[k], after[k] - before[k]);
 	}
@@ -414,6 +423,8 @@ TEST_F_TIMEOUT(race, breaks_drops_exits_against_everything, 300)
 	TH_LOG("VmPTE %ld kB before, %ld kB after the area went", pt_before,
 	       pt_after);
 	free(r.state);
+	if (r.memcg)
+		leave_memcg(CGROUP);
 }
 
 TEST_HARNESS_MAIN

@@ -36,6 +36,7 @@
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -323,6 +324,52 @@ static inline int set_switch(const char *path, int on)
 	if (!switch_present(path))
 		return 0;
 	return write_knob(path, on ? "1\n" : "0\n");
+}
+
+/* --- memory cgroups (cgroup2 at /sys/fs/cgroup, mounted by the guest) ---- */
+
+#define CGROUP_ROOT	"/sys/fs/cgroup"
+
+/* Write this process's pid into the cgroup.procs of @dir */
+static inline int move_to_cgroup(const char *dir)
+{
+	char path[256], pid[32];
+
+	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+	snprintf(pid, sizeof(pid), "%d\n", getpid());
+	return write_knob(path, pid);
+}
+
+/*
+ * This process, and what it forks from now on, into the memcg @dir (made if
+ * need be), whose memory.reclaim then reclaims its pages.  false: no memcg.
+ */
+static inline bool enter_memcg(const char *dir)
+{
+	char path[256];
+
+	write_knob(CGROUP_ROOT "/cgroup.subtree_control", "+memory\n");
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		return false;
+	snprintf(path, sizeof(path), "%s/memory.reclaim", dir);
+	return !access(path, W_OK) && !move_to_cgroup(dir);
+}
+
+/* Back to the root cgroup, and @dir removed (once nothing else is in it) */
+static inline void leave_memcg(const char *dir)
+{
+	move_to_cgroup(CGROUP_ROOT);
+	rmdir(dir);
+}
+
+/* Ask the memcg @dir to reclaim @amount ("2M"): 0, or -errno (EAGAIN: less) */
+static inline int memcg_reclaim(const char *dir, const char *amount)
+{
+	char path[256], val[32];
+
+	snprintf(path, sizeof(path), "%s/memory.reclaim", dir);
+	snprintf(val, sizeof(val), "%s\n", amount);
+	return write_knob(path, val);
 }
 
 /* --- pins ---------------------------------------------------------------- */
