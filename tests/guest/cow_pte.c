@@ -815,6 +815,105 @@ TEST(migration_and_reclaim_change_shared_tables)
 	scen_check(_metadata, &s, TABLES);
 }
 
+#define ZRAM_CONTROL	"/sys/class/zram-control/"
+
+/* A new zram disk of @size ("1M"): its id, or -1 */
+static int zram_add(const char *size)
+{
+	char id[16], path[64];
+	int n;
+
+	if (read_knob(ZRAM_CONTROL "hot_add", id, sizeof(id)))
+		return -1;
+	n = atoi(id);
+	snprintf(path, sizeof(path), "/sys/block/zram%d/disksize", n);
+	if (write_knob(path, size)) {
+		snprintf(id, sizeof(id), "%d\n", n);
+		write_knob(ZRAM_CONTROL "hot_remove", id);
+		return -1;
+	}
+	return n;
+}
+
+static void zram_remove(int n)
+{
+	char id[16];
+
+	snprintf(id, sizeof(id), "%d\n", n);
+	write_knob(ZRAM_CONTROL "hot_remove", id);
+}
+
+/*
+ * 11. O_DIRECT in and out of a shared table: the block layer pins the
+ * pages (FOLL_PIN; FOLL_WRITE too for a read into memory), GUP-fast bails
+ * on the read-only PMD and GUP-slow breaks the table first, so a read's
+ * data lands in the parent's page and never in the child's, and a write
+ * takes the parent's data.  A process that pinned pages then shares
+ * nothing at its next fork (MMF_HAS_PINNED: a pinned page must stay
+ * exclusive to it).
+ */
+TEST(o_direct_breaks_and_stops_sharing)
+{
+	char dev[64], buf[PAGE_SIZE] = "";
+	struct counters before, d;
+	struct chan ch;
+	struct scen s;
+	int fd, bfd, zram;
+	pid_t pid;
+
+	zram = zram_add("1M");
+	if (zram < 0)
+		SKIP(return, "no zram disk to add (%s)", ZRAM_CONTROL);
+	snprintf(dev, sizeof(dev), "/dev/zram%d", zram);
+	/* buffered I/O outside the area: a pin before the fork stops sharing */
+	bfd = open(dev, O_RDWR);
+	ASSERT_LE(0, bfd) TH_LOG("%s: %s", dev, strerror(errno));
+	write_tag(buf, tag(3, 0));
+	ASSERT_EQ(PAGE_SIZE, pwrite(bfd, buf, PAGE_SIZE, 0));
+	ASSERT_EQ(0, fsync(bfd));
+	fd = open(dev, O_RDWR | O_DIRECT);
+	ASSERT_LE(0, fd) TH_LOG("%s: %s", dev, strerror(errno));
+
+	scen_setup(_metadata, &s);
+	ASSERT_EQ(0, chan_open(&ch));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		chan_get(ch.down[0]);
+		_exit(count_bad(s.p, 0, PAGES, 1) ? 1 : 0);
+	}
+	/* the device's page 0 into page 5 of table 0 */
+	ASSERT_EQ(PAGE_SIZE, pread(fd, s.p + 5 * PAGE_SIZE, PAGE_SIZE, 0));
+	EXPECT_EQ(tag(3, 0), load_word(first_word(s.p + 5 * PAGE_SIZE)));
+	/* page 0 of table 1 to the device's page 1, and back */
+	ASSERT_EQ(PAGE_SIZE, pwrite(fd, s.p + PER_TABLE * PAGE_SIZE,
+				    PAGE_SIZE, PAGE_SIZE));
+	ASSERT_EQ(PAGE_SIZE, pread(bfd, buf, PAGE_SIZE, PAGE_SIZE));
+	EXPECT_EQ(tag(1, PER_TABLE), load_word(first_word(buf)));
+	EXPECT_EQ(tag(1, PER_TABLE), load_word(last_word(buf)));
+	chan_put(ch.down[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the device's data reached the child");
+	counters_since(_metadata, &s.before, &d);
+	if (s.feature)
+		EXPECT_LE(2, d.v[BREAK]) TH_LOG("the pins did not break");
+
+	/* pinned once: the next fork copies every table */
+	read_counters(&before);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid)
+		_exit(count_bad(s.p, PER_TABLE, PAGES - PER_TABLE, 1) ? 1 : 0);
+	EXPECT_EQ(0, reap(pid));
+	counters_since(_metadata, &before, &d);
+	EXPECT_EQ(0, d.v[SHARE]) TH_LOG("a process that pinned shared tables");
+
+	close(fd);
+	close(bfd);
+	zram_remove(zram);
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES);
+}
+
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE	25
 #endif
