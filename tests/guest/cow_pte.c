@@ -815,6 +815,80 @@ TEST(migration_and_reclaim_change_shared_tables)
 	scen_check(_metadata, &s, TABLES);
 }
 
+/*
+ * 10b. A shared table that the child moved whole with mremap() (its PMD
+ * moves, read-only, to the new address) is still one mapping, found by the
+ * rmap through either holder's VMA at either address.  The parent migrates,
+ * then reclaims, every page; the child finds the pages of the table it
+ * moved, at their new address, on the new node and then swapped out, each
+ * with the parent's data.
+ */
+TEST(shared_table_moved_by_mremap_changes_in_place)
+{
+	const unsigned long first = 2 * PER_TABLE;	/* the table moved */
+	unsigned long off, swapped = 0;
+	char dev[128], *dst;
+	struct chan ch;
+	struct scen s;
+	int node, bad;
+	pid_t pid;
+
+	if (access("/sys/devices/system/node/node1", F_OK))
+		SKIP(return, "needs two NUMA nodes");
+	if (!swap_device(dev, sizeof(dev)))
+		SKIP(return, "no swap");
+	if (!enter_memcg(CGROUP))
+		SKIP(return, "no memory cgroup at " CGROUP);
+	scen_setup(_metadata, &s);
+	dst = map_aligned(SZ_2M, SZ_2M, PROT_NONE);	/* where it goes */
+	ASSERT_NE(NULL, dst);
+	node = count_off_node(s.p, 1, 0) ? 0 : 1;	/* the other one */
+	ASSERT_EQ(0, chan_open(&ch));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		char *q = mremap(s.p + first * PAGE_SIZE, SZ_2M, SZ_2M,
+				 MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+
+		chan_send(ch.up[1], q == dst ? 0 : 1);
+		chan_get(ch.down[0]);		/* migrated */
+		chan_send(ch.up[1], count_off_node(dst, PER_TABLE, node) ? 2 : 0);
+		chan_get(ch.down[0]);		/* reclaimed */
+		if (count_pagemap(dst, PER_TABLE, PM_SWAP) < PER_TABLE / 2)
+			_exit(3);
+		for (unsigned long i = 0; i < PER_TABLE; i++)
+			if (load_word(first_word(dst + i * PAGE_SIZE)) !=
+			    tag(1, first + i))
+				_exit(4);
+		_exit(count_bad(s.p, 0, first, 1) ? 5 : 0);
+	}
+	ASSERT_EQ(0, chan_recv(ch.up[0])) TH_LOG("the child's mremap failed");
+
+	off = move_to_node(s.p, PAGES, node);
+	EXPECT_EQ(0, off) TH_LOG("%lu of %lu pages not moved to node %d",
+				 off, PAGES, node);
+	chan_put(ch.down[1]);
+	bad = chan_recv(ch.up[0]);
+	EXPECT_EQ(0, bad) TH_LOG("the pages the child moved are off node %d",
+				 node);
+
+	for (int i = 0; i < 20 && swapped < PER_TABLE / 2; i++) {
+		memcg_reclaim(CGROUP, "32M");
+		swapped = count_pagemap(s.p + first * PAGE_SIZE, PER_TABLE,
+					PM_SWAP);
+	}
+	TH_LOG("%lu of %lu pages of the moved table swapped out", swapped,
+	       PER_TABLE);
+	EXPECT_LE(PER_TABLE / 2, swapped);
+	chan_put(ch.down[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's step that failed: exit code");
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1));
+	leave_memcg(CGROUP);
+	ASSERT_EQ(0, munmap(dst, SZ_2M));
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES);
+}
+
 #define ZRAM_CONTROL	"/sys/class/zram-control/"
 
 /* A new zram disk of @size ("1M"): its id, or -1 */
