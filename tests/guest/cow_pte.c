@@ -751,6 +751,30 @@ static unsigned long move_to_node(char *p, unsigned long n, int node)
 }
 
 /*
+ * What the tests of migration and reclaim in place need: two nodes, swap,
+ * and this process in CGROUP (left with leave_memcg()).  NULL, or what is
+ * missing.
+ */
+static const char *enter_migration_and_reclaim(void)
+{
+	char dev[128];
+
+	if (access("/sys/devices/system/node/node1", F_OK))
+		return "needs two NUMA nodes";
+	if (!swap_device(dev, sizeof(dev)))
+		return "no swap";
+	if (!enter_memcg(CGROUP))
+		return "no memory cgroup at " CGROUP;
+	return NULL;
+}
+
+/* The node @p is not on (of two) */
+static int other_node(char *p)
+{
+	return count_off_node(p, 1, 0) ? 0 : 1;
+}
+
+/*
  * 10. Migration and reclaim of a shared table's pages change the table in
  * place, for every holder at once.  The parent moves its pages to the
  * other node with move_pages() and the child finds its pages (the same)
@@ -763,22 +787,19 @@ static unsigned long move_to_node(char *p, unsigned long n, int node)
  */
 TEST(migration_and_reclaim_change_shared_tables)
 {
+	const char *missing = enter_migration_and_reclaim();
 	unsigned long off, swapped = 0;
-	char dev[128], *pages;
 	struct chan ch;
 	struct scen s;
+	char *pages;
 	int node;
 	pid_t pid;
 
-	if (access("/sys/devices/system/node/node1", F_OK))
-		SKIP(return, "needs two NUMA nodes");
-	if (!swap_device(dev, sizeof(dev)))
-		SKIP(return, "no swap");
-	if (!enter_memcg(CGROUP))
-		SKIP(return, "no memory cgroup at " CGROUP);
+	if (missing)
+		SKIP(return, "%s", missing);
 	scen_setup(_metadata, &s);
 	pages = s.p;
-	node = count_off_node(pages, 1, 0) ? 0 : 1;	/* the other one */
+	node = other_node(pages);
 	ASSERT_EQ(0, chan_open(&ch));
 	pid = fork();
 	ASSERT_LE(0, pid);
@@ -825,24 +846,21 @@ TEST(migration_and_reclaim_change_shared_tables)
  */
 TEST(shared_table_moved_by_mremap_changes_in_place)
 {
+	const char *missing = enter_migration_and_reclaim();
 	const unsigned long first = 2 * PER_TABLE;	/* the table moved */
 	unsigned long off, swapped = 0;
-	char dev[128], *dst;
 	struct chan ch;
 	struct scen s;
 	int node, bad;
+	char *dst;
 	pid_t pid;
 
-	if (access("/sys/devices/system/node/node1", F_OK))
-		SKIP(return, "needs two NUMA nodes");
-	if (!swap_device(dev, sizeof(dev)))
-		SKIP(return, "no swap");
-	if (!enter_memcg(CGROUP))
-		SKIP(return, "no memory cgroup at " CGROUP);
+	if (missing)
+		SKIP(return, "%s", missing);
 	scen_setup(_metadata, &s);
 	dst = map_aligned(SZ_2M, SZ_2M, PROT_NONE);	/* where it goes */
 	ASSERT_NE(NULL, dst);
-	node = count_off_node(s.p, 1, 0) ? 0 : 1;	/* the other one */
+	node = other_node(s.p);
 	ASSERT_EQ(0, chan_open(&ch));
 	pid = fork();
 	ASSERT_LE(0, pid);
