@@ -375,6 +375,8 @@ TEST_F_TIMEOUT(race, breaks_drops_exits_against_everything, 300)
 	struct race r = { 0 };
 	long t0;
 
+	/* before the area is filled: a page is charged where it was faulted */
+	r.memcg = enter_memcg(CGROUP);
 	r.p = map_aligned(AREA, SZ_2M, PROT_READ | PROT_WRITE);
 	ASSERT_NE(NULL, r.p);
 	ASSERT_EQ(0, madvise(r.p, AREA, MADV_NOHUGEPAGE));
@@ -383,7 +385,6 @@ TEST_F_TIMEOUT(race, breaks_drops_exits_against_everything, 300)
 	for (unsigned long i = 0; i < PAGES; i++)
 		write_tag(r.p + i * PAGE_SIZE, tag(1, i));
 	r.two_nodes = !access("/sys/devices/system/node/node1", F_OK);
-	r.memcg = enter_memcg(CGROUP);
 	if (feature)
 		ASSERT_EQ(0, prctl(PR_SET_COW_PTE, 1, 0, 0, 0));
 	for (int k = 0; k < NR_COUNTERS; k++)
