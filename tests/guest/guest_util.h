@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/userfaultfd.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -451,6 +452,31 @@ static inline int uffd_unregister(int fd, char *p, unsigned long len)
 	struct uffdio_range range = { .start = (unsigned long)p, .len = len };
 
 	return ioctl(fd, UFFDIO_UNREGISTER, &range) ? -errno : 0;
+}
+
+/* Run only on CPU @cpu from now on: 0, or -1 with errno */
+static inline int pin_to_cpu(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof(set), &set);
+}
+
+/*
+ * Spin until another process sets *@flag (shared memory), without
+ * sleeping: no syscall (time() is the vDSO's), no context switch that
+ * could flush this CPU's TLB.  false if it was not set within 60 s.
+ */
+static inline bool spin_until(volatile int *flag)
+{
+	time_t end = time(NULL) + 60;
+
+	while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE))
+		if (time(NULL) > end)
+			return false;
+	return true;
 }
 
 #endif /* GUEST_UTIL_H */

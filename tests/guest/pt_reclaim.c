@@ -181,11 +181,7 @@ static bool swap_enabled(void)
  */
 static int pin_to_this_cpu(void)
 {
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	CPU_SET(sched_getcpu(), &set);
-	return sched_setaffinity(0, sizeof(set), &set);
+	return pin_to_cpu(sched_getcpu());
 }
 
 /* --- memory: mappings and page tags ----------------------------------- */
