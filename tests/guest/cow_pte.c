@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/swap.h>
+#include <sys/sysinfo.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1648,6 +1649,83 @@ TEST(break_copies_a_maybe_pinned_page)
 	counters_since(_metadata, &s.before, &d);
 	EXPECT_LE(1, d.v[BREAK]);
 	ASSERT_EQ(0, munmap(s.p, SZ_2M));
+	scen_check(_metadata, &s, 1);
+}
+
+/*
+ * 14. A break flushes, on every CPU of the mm, what its copy maps
+ * differently from the shared table.  The child, on one CPU, reads a page
+ * that looks pinned (its TLB then holds the parent's page, reached
+ * through the shared table) and breaks the table with a write elsewhere
+ * in it: the copy maps a copy of that page.  The parent, last holder,
+ * makes the table its own again and writes the page.  The child reads it
+ * once more on the same CPU, having slept in no syscall (a spin on a
+ * MAP_SHARED flag): its own copy, never the parent's write.  A break that
+ * flushed only the page every break flushes (for the paging-structure
+ * caches) left the child reading the parent's write.
+ */
+TEST(break_flushes_a_page_it_copied)
+{
+	const unsigned long mid = PER_TABLE / 2;
+	struct vmsplice_pin pin;
+	volatile int *flag;
+	struct counters d;
+	struct scen s;
+	pid_t pid;
+
+	if (!cow_pte_on())
+		SKIP(return, "no COW page tables on this kernel");
+	if (get_nprocs() < 2)
+		SKIP(return, "needs two CPUs");
+	flag = mmap(NULL, PAGE_SIZE, PROT_READ | PROT_WRITE,
+		    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, flag);
+	s.feature = true;
+	s.p = map_aligned(SZ_2M, SZ_2M, PROT_READ | PROT_WRITE);
+	ASSERT_NE(NULL, s.p);
+	ASSERT_EQ(0, madvise(s.p, SZ_2M, MADV_NOHUGEPAGE));
+	fill(s.p, 0, PER_TABLE, 1);
+	ASSERT_LE(GUP_PIN_COUNTING_BIAS + 64,
+		  vmsplice_pin(&pin, s.p + mid * PAGE_SIZE));
+	ASSERT_EQ(0, prctl(PR_SET_COW_PTE, 1, 0, 0, 0));
+	ASSERT_EQ(0, pin_to_cpu(1));
+	s.pagetables = pagetables_kb();
+	read_counters(&s.before);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		char buf[64], src[64] = "pinned by process_vm_readv";
+		struct iovec local = { buf, sizeof(buf) };
+		struct iovec remote = { src, sizeof(src) };
+		int first;
+
+		if (pin_to_cpu(0) ||
+		    process_vm_readv(getpid(), &local, 1, &remote, 1, 0) !=
+		    sizeof(buf))
+			_exit(1);
+		/* the parent's page, in this CPU's TLB */
+		first = count_bad(s.p, mid, 1, 1) ? 2 : 0;
+		/* the break: page mid is copied, the TLB flushed */
+		fill(s.p, 0, 1, 2);
+		flag[0] = 1;
+		if (!spin_until(&flag[1]))
+			_exit(3);
+		_exit(first ? first : count_bad(s.p, mid, 1, 1) ? 4 : 0);
+	}
+	EXPECT_TRUE(spin_until(&flag[0]));
+	fill(s.p, mid, 1, 3);
+	flag[1] = 1;
+	EXPECT_EQ(0, reap(pid)) TH_LOG("1 no pin, 2 bad data before the break, "
+				       "3 timed out, 4 the parent's write seen");
+	vmsplice_unpin(&pin);
+	EXPECT_EQ(0, count_bad(s.p, 0, mid, 1));
+	EXPECT_EQ(0, count_bad(s.p, mid, 1, 3));
+	EXPECT_EQ(0, count_bad(s.p, mid + 1, PER_TABLE - mid - 1, 1));
+	counters_since(_metadata, &s.before, &d);
+	EXPECT_LE(1, d.v[BREAK]);
+	EXPECT_LE(1, d.v[REUSE]);
+	ASSERT_EQ(0, munmap(s.p, SZ_2M));
+	munmap((void *)flag, PAGE_SIZE);
 	scen_check(_metadata, &s, 1);
 }
 
