@@ -1661,8 +1661,8 @@ TEST(break_copies_a_maybe_pinned_page)
  * makes the table its own again and writes the page.  The child reads it
  * once more on the same CPU, having slept in no syscall (a spin on a
  * MAP_SHARED flag): its own copy, never the parent's write.  A break that
- * flushed only the page every break flushes (for the paging-structure
- * caches) left the child reading the parent's write.
+ * flushed one page only (enough for the paging-structure caches) left the
+ * child reading the parent's write, 3 runs of 3.
  */
 TEST(break_flushes_a_page_it_copied)
 {
