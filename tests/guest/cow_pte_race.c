@@ -428,4 +428,120 @@ TEST_F_TIMEOUT(race, breaks_drops_exits_against_everything, 300)
 		leave_memcg(CGROUP);
 }
 
+/*
+ * rmap walkers against breaks, nothing else: the parent's threads migrate
+ * every page of the area between the nodes and reclaim its memcg, whose
+ * rmap walks visit the parent's and each child's VMA, while a child at a
+ * time breaks all 8 tables (one write each) and the parent breaks them
+ * too before the child exits.  A walker maps a table from a PMD it read
+ * without a lock and waits for the table's lock, which a break holds while
+ * it copies 512 entries; when it gets the lock, the PMD may map the copy:
+ * the walk must not take the old table, now the other holders' only, for
+ * this mm's own (before the fix: "Bad rss-counter state" at an exit, and a
+ * migration entry of the copy never restored, the warning in
+ * remove_migration_ptes()).  The kernel's checks splat; the data is
+ * checked on both sides.
+ */
+#define WALK_SECONDS	10
+
+struct walk_race {
+	char *p;
+	bool stop;	/* __atomic */
+	bool memcg;
+};
+
+static void *walk_migrate(void *arg)
+{
+	struct walk_race *w = arg;
+	static void *addrs[PAGES];
+	static int nodes[PAGES], status[PAGES];
+
+	for (unsigned long n = 0; !__atomic_load_n(&w->stop, __ATOMIC_RELAXED); n++) {
+		for (unsigned long i = 0; i < PAGES; i++) {
+			addrs[i] = w->p + i * PAGE_SIZE;
+			nodes[i] = n % 2;
+		}
+		move_pages(0, PAGES, addrs, nodes, status, MPOL_MF_MOVE);
+	}
+	return NULL;
+}
+
+static void *walk_reclaim(void *arg)
+{
+	struct walk_race *w = arg;
+
+	while (!__atomic_load_n(&w->stop, __ATOMIC_RELAXED)) {
+		memcg_reclaim(CGROUP, "4M");
+		usleep(1000);
+	}
+	return NULL;
+}
+
+/* Pages of the area not holding tag(@who, i), tag(1, i) elsewhere */
+static unsigned long walk_bad(char *p, unsigned long who)
+{
+	unsigned long bad = 0;
+
+	for (unsigned long i = 0; i < PAGES; i++) {
+		unsigned long want = tag(i % PER_TABLE ? 1 : who, i);
+
+		bad += load_word(first_word(p + i * PAGE_SIZE)) != want;
+	}
+	return bad;
+}
+
+TEST_F_TIMEOUT(race, walkers_meet_breaks, 300)
+{
+	struct walk_race w = { 0 };
+	unsigned long rounds = 0, failed = 0, before, breaks;
+	pthread_t mig, rec;
+	bool feature = vmstat("cow_pte_share") >= 0;
+	time_t end;
+
+	if (!feature)
+		SKIP(return, "no COW page tables on this kernel");
+	if (access("/sys/devices/system/node/node1", F_OK))
+		SKIP(return, "needs two NUMA nodes");
+	w.memcg = enter_memcg(CGROUP);
+	w.p = map_aligned(AREA, SZ_2M, PROT_READ | PROT_WRITE);
+	ASSERT_NE(NULL, w.p);
+	ASSERT_EQ(0, madvise(w.p, AREA, MADV_NOHUGEPAGE));
+	for (unsigned long i = 0; i < PAGES; i++)
+		write_tag(w.p + i * PAGE_SIZE, tag(1, i));
+	ASSERT_EQ(0, prctl(PR_SET_COW_PTE, 1, 0, 0, 0));
+	before = vmstat("cow_pte_break");
+	ASSERT_EQ(0, pthread_create(&mig, NULL, walk_migrate, &w));
+	ASSERT_EQ(0, pthread_create(&rec, NULL, walk_reclaim, &w));
+	for (end = time(NULL) + WALK_SECONDS; time(NULL) < end; rounds++) {
+		pid_t pid = fork();
+		int status;
+
+		ASSERT_LE(0, pid);
+		if (!pid) {
+			/* the first page of each table: a break each */
+			for (unsigned long t = 0; t < TABLES; t++)
+				write_tag(w.p + t * SZ_2M, tag(2, t * PER_TABLE));
+			_exit(walk_bad(w.p, 2) ? 1 : 0);
+		}
+		/* the owner breaks (or reuses) them too, meanwhile */
+		for (unsigned long t = 0; t < TABLES; t++)
+			write_tag(w.p + t * SZ_2M, tag(1, t * PER_TABLE));
+		if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+		    WEXITSTATUS(status))
+			failed++;
+	}
+	__atomic_store_n(&w.stop, true, __ATOMIC_RELAXED);
+	pthread_join(mig, NULL);
+	pthread_join(rec, NULL);
+	breaks = vmstat("cow_pte_break") - before;
+	TH_LOG("%lu rounds, %lu breaks, pswpout %ld, pgmigrate_success %ld",
+	       rounds, breaks, vmstat("pswpout"), vmstat("pgmigrate_success"));
+	EXPECT_EQ(0, failed) TH_LOG("children that read a wrong page");
+	EXPECT_EQ(0, walk_bad(w.p, 1));
+	EXPECT_LT(rounds, breaks);
+	ASSERT_EQ(0, munmap(w.p, AREA));
+	if (w.memcg)
+		leave_memcg(CGROUP);
+}
+
 TEST_HARNESS_MAIN
