@@ -1251,6 +1251,12 @@ TEST(ksm_scans_shared_tables)
 		usleep(100 * 1000);
 	}
 	ASSERT_EQ(0, write_knob(KSM "run", "2"));
+	{
+		char buf[32] = "";
+
+		read_knob(KSM "pages_skipped", buf, sizeof(buf));
+		TH_LOG("%lu merged after the share; pages_skipped %s", merged_end, buf);
+	}
 	EXPECT_LE(2, merged_end)
 		TH_LOG("KSM merged none of the parent's pages after the share");
 	for (unsigned long i = 2; i < n; i++)
