@@ -1202,6 +1202,7 @@ TEST(ksm_scans_shared_tables)
 {
 	const unsigned long n = 2 * PER_TABLE;
 	unsigned long merged_end = 0;
+	char skipped[32] = "";
 	struct scen s;
 	struct chan ch;
 	pid_t pid;
@@ -1251,12 +1252,8 @@ TEST(ksm_scans_shared_tables)
 		usleep(100 * 1000);
 	}
 	ASSERT_EQ(0, write_knob(KSM "run", "2"));
-	{
-		char buf[32] = "";
-
-		read_knob(KSM "pages_skipped", buf, sizeof(buf));
-		TH_LOG("%lu merged after the share; pages_skipped %s", merged_end, buf);
-	}
+	read_knob(KSM "pages_skipped", skipped, sizeof(skipped));
+	TH_LOG("%lu merged after the share; pages_skipped %s", merged_end, skipped);
 	EXPECT_LE(2, merged_end)
 		TH_LOG("KSM merged none of the parent's pages after the share");
 	for (unsigned long i = 2; i < n; i++)
