@@ -448,6 +448,7 @@ struct walk_race {
 	char *p;
 	bool stop;	/* __atomic */
 	bool memcg;
+	int move_flags;	/* MPOL_MF_MOVE, or _ALL for pages two tables map */
 };
 
 static void *walk_migrate(void *arg)
@@ -461,7 +462,7 @@ static void *walk_migrate(void *arg)
 			addrs[i] = w->p + i * PAGE_SIZE;
 			nodes[i] = n % 2;
 		}
-		move_pages(0, PAGES, addrs, nodes, status, MPOL_MF_MOVE);
+		move_pages(0, PAGES, addrs, nodes, status, w->move_flags);
 	}
 	return NULL;
 }
@@ -492,7 +493,7 @@ static unsigned long walk_bad(char *p, unsigned long who)
 
 TEST_F_TIMEOUT(race, walkers_meet_breaks, 300)
 {
-	struct walk_race w = { 0 };
+	struct walk_race w = { .move_flags = MPOL_MF_MOVE };
 	unsigned long rounds = 0, failed = 0, before, breaks;
 	pthread_t mig, rec;
 	bool feature = vmstat("cow_pte_share") >= 0;
@@ -542,6 +543,83 @@ TEST_F_TIMEOUT(race, walkers_meet_breaks, 300)
 	ASSERT_EQ(0, munmap(w.p, AREA));
 	if (w.memcg)
 		leave_memcg(CGROUP);
+}
+
+/*
+ * A last holder's drop against migration: each round the parent breaks all
+ * 8 tables (a copy each) while its child still shares them, then the child
+ * drops them all with MADV_DONTNEED, as their last holder, while a thread
+ * of the parent migrates every page of the area between the nodes, pages
+ * that the parent's copies map too (MPOL_MF_MOVE_ALL).  A migration has its
+ * entries in the shared table and in the parent's copy from try_to_migrate()
+ * until its restore walk takes each table's lock, and keeps the folio
+ * locked until then.  The drop must let go of those entries while the
+ * restore walk can still reach the table: once the PMD is cleared, the walk
+ * no longer finds it, finishes and unlocks (and frees) the folio, and the
+ * drop releasing the entry afterwards finds a migration entry of an
+ * unlocked folio (before the fix: kernel BUG at include/linux/swapops.h in
+ * cow_pte_release_entries(), and the count of 0006 decremented for a folio
+ * that may be another migration's by then).
+ */
+TEST_F_TIMEOUT(race, last_drops_meet_migration, 300)
+{
+	struct walk_race w = { .move_flags = MPOL_MF_MOVE_ALL };
+	unsigned long rounds = 0, failed = 0, before, drops;
+	bool feature = vmstat("cow_pte_share") >= 0;
+	pthread_t mig;
+	time_t end;
+
+	if (!feature)
+		SKIP(return, "no COW page tables on this kernel");
+	if (access("/sys/devices/system/node/node1", F_OK))
+		SKIP(return, "needs two NUMA nodes");
+	w.p = map_aligned(AREA, SZ_2M, PROT_READ | PROT_WRITE);
+	ASSERT_NE(NULL, w.p);
+	ASSERT_EQ(0, madvise(w.p, AREA, MADV_NOHUGEPAGE));
+	for (unsigned long i = 0; i < PAGES; i++)
+		write_tag(w.p + i * PAGE_SIZE, tag(1, i));
+	ASSERT_EQ(0, prctl(PR_SET_COW_PTE, 1, 0, 0, 0));
+	before = vmstat("cow_pte_drop");
+	ASSERT_EQ(0, pthread_create(&mig, NULL, walk_migrate, &w));
+	for (end = time(NULL) + WALK_SECONDS; time(NULL) < end; rounds++) {
+		int go[2], status;
+		pid_t pid;
+		char c;
+
+		ASSERT_EQ(0, pipe(go));
+		pid = fork();
+		ASSERT_LE(0, pid);
+		if (!pid) {
+			close(go[1]);
+			if (read(go[0], &c, 1) != 1)
+				_exit(3);
+			/* the last holder of all 8 tables: zeros from now on */
+			if (madvise(w.p, AREA, MADV_DONTNEED))
+				_exit(2);
+			for (unsigned long i = 0; i < PAGES; i++)
+				if (load_word(first_word(w.p + i * PAGE_SIZE)))
+					_exit(1);
+			_exit(0);
+		}
+		close(go[0]);
+		/* a break (copy) of each table the child still holds */
+		for (unsigned long t = 0; t < TABLES; t++)
+			write_tag(w.p + t * SZ_2M, tag(1, t * PER_TABLE));
+		ASSERT_EQ(1, write(go[1], "", 1));
+		close(go[1]);
+		if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+		    WEXITSTATUS(status))
+			failed++;
+	}
+	__atomic_store_n(&w.stop, true, __ATOMIC_RELAXED);
+	pthread_join(mig, NULL);
+	drops = vmstat("cow_pte_drop") - before;
+	TH_LOG("%lu rounds, %lu drops, pgmigrate_success %ld", rounds, drops,
+	       vmstat("pgmigrate_success"));
+	EXPECT_EQ(0, failed) TH_LOG("children whose drop failed or that read a non-zero page");
+	EXPECT_EQ(0, walk_bad(w.p, 1));
+	EXPECT_LE(rounds * TABLES, drops);
+	ASSERT_EQ(0, munmap(w.p, AREA));
 }
 
 TEST_HARNESS_MAIN
