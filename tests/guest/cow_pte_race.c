@@ -491,6 +491,19 @@ static unsigned long walk_bad(char *p, unsigned long who)
 	return bad;
 }
 
+/* The parent's area: 8 whole tables of tagged small pages, opted in */
+static char *walk_area(void)
+{
+	char *p = map_aligned(AREA, SZ_2M, PROT_READ | PROT_WRITE);
+
+	if (!p || madvise(p, AREA, MADV_NOHUGEPAGE) ||
+	    prctl(PR_SET_COW_PTE, 1, 0, 0, 0))
+		return NULL;
+	for (unsigned long i = 0; i < PAGES; i++)
+		write_tag(p + i * PAGE_SIZE, tag(1, i));
+	return p;
+}
+
 TEST_F_TIMEOUT(race, walkers_meet_breaks, 300)
 {
 	struct walk_race w = { .move_flags = MPOL_MF_MOVE };
@@ -504,12 +517,8 @@ TEST_F_TIMEOUT(race, walkers_meet_breaks, 300)
 	if (access("/sys/devices/system/node/node1", F_OK))
 		SKIP(return, "needs two NUMA nodes");
 	w.memcg = enter_memcg(CGROUP);
-	w.p = map_aligned(AREA, SZ_2M, PROT_READ | PROT_WRITE);
+	w.p = walk_area();
 	ASSERT_NE(NULL, w.p);
-	ASSERT_EQ(0, madvise(w.p, AREA, MADV_NOHUGEPAGE));
-	for (unsigned long i = 0; i < PAGES; i++)
-		write_tag(w.p + i * PAGE_SIZE, tag(1, i));
-	ASSERT_EQ(0, prctl(PR_SET_COW_PTE, 1, 0, 0, 0));
 	before = vmstat("cow_pte_break");
 	ASSERT_EQ(0, pthread_create(&mig, NULL, walk_migrate, &w));
 	ASSERT_EQ(0, pthread_create(&rec, NULL, walk_reclaim, &w));
@@ -573,12 +582,8 @@ TEST_F_TIMEOUT(race, last_drops_meet_migration, 300)
 		SKIP(return, "no COW page tables on this kernel");
 	if (access("/sys/devices/system/node/node1", F_OK))
 		SKIP(return, "needs two NUMA nodes");
-	w.p = map_aligned(AREA, SZ_2M, PROT_READ | PROT_WRITE);
+	w.p = walk_area();
 	ASSERT_NE(NULL, w.p);
-	ASSERT_EQ(0, madvise(w.p, AREA, MADV_NOHUGEPAGE));
-	for (unsigned long i = 0; i < PAGES; i++)
-		write_tag(w.p + i * PAGE_SIZE, tag(1, i));
-	ASSERT_EQ(0, prctl(PR_SET_COW_PTE, 1, 0, 0, 0));
 	before = vmstat("cow_pte_drop");
 	ASSERT_EQ(0, pthread_create(&mig, NULL, walk_migrate, &w));
 	for (end = time(NULL) + WALK_SECONDS; time(NULL) < end; rounds++) {
