@@ -491,12 +491,16 @@ static unsigned long walk_bad(char *p, unsigned long who)
 	return bad;
 }
 
-/* The parent's area: 8 whole tables of tagged small pages, opted in */
-static char *walk_area(void)
+/*
+ * The parent's area: 8 whole tables of tagged small pages, opted in;
+ * @advice MADV_NOHUGEPAGE, or MADV_NORMAL for a VMA that may hold THPs
+ * (small pages all the same: THP is "madvise" in our guests)
+ */
+static char *walk_area(int advice)
 {
 	char *p = map_aligned(AREA, SZ_2M, PROT_READ | PROT_WRITE);
 
-	if (!p || madvise(p, AREA, MADV_NOHUGEPAGE) ||
+	if (!p || madvise(p, AREA, advice) ||
 	    prctl(PR_SET_COW_PTE, 1, 0, 0, 0))
 		return NULL;
 	for (unsigned long i = 0; i < PAGES; i++)
@@ -517,7 +521,7 @@ TEST_F_TIMEOUT(race, walkers_meet_breaks, 300)
 	if (access("/sys/devices/system/node/node1", F_OK))
 		SKIP(return, "needs two NUMA nodes");
 	w.memcg = enter_memcg(CGROUP);
-	w.p = walk_area();
+	w.p = walk_area(MADV_NOHUGEPAGE);
 	ASSERT_NE(NULL, w.p);
 	before = vmstat("cow_pte_break");
 	ASSERT_EQ(0, pthread_create(&mig, NULL, walk_migrate, &w));
@@ -582,7 +586,7 @@ TEST_F_TIMEOUT(race, last_drops_meet_migration, 300)
 		SKIP(return, "no COW page tables on this kernel");
 	if (access("/sys/devices/system/node/node1", F_OK))
 		SKIP(return, "needs two NUMA nodes");
-	w.p = walk_area();
+	w.p = walk_area(MADV_NOHUGEPAGE);
 	ASSERT_NE(NULL, w.p);
 	before = vmstat("cow_pte_drop");
 	ASSERT_EQ(0, pthread_create(&mig, NULL, walk_migrate, &w));
@@ -625,6 +629,86 @@ TEST_F_TIMEOUT(race, last_drops_meet_migration, 300)
 	EXPECT_EQ(0, walk_bad(w.p, 1));
 	EXPECT_LE(rounds * TABLES, drops);
 	ASSERT_EQ(0, munmap(w.p, AREA));
+}
+
+/*
+ * Fork's shares against rmap walkers that change PMDs: fork shares the
+ * run of tables of a VMA under the parent's PMD-table lock, and each table
+ * under its own lock, and stops at a PMD that maps no table, which it
+ * copies.  The mmap_lock fork holds does not keep out what walks the rmap:
+ * migrate_pages() unmaps and restores without it (move_pages() takes it
+ * only to look the pages up), memcg reclaim too, and both change the PMD
+ * of a THP under the PMD lock: a PMD migration entry set and restored, a
+ * THP split into a new PTE table (which the fork may then share).  Each
+ * round the parent writes the first page of each table (each is private
+ * again, reused now that the last child is gone, so the fork shares it
+ * anew: holders 0 -> 2, the parent's PMD made read-only), collapses the
+ * fourth 2 MiB into a THP (MADV_COLLAPSE) if a walker split it, and forks
+ * a child that checks the area and exits, while the parent's threads
+ * migrate every page between the nodes and reclaim its memcg.  The run must
+ * share each table once and copy whatever the THP's PMD is when read;
+ * migration entries set in a table before its share are restored once,
+ * through whichever holder the restore walk visits first (0003's count
+ * must stay exact).  The kernel's checks splat; the data is checked on
+ * both sides.
+ */
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE	25
+#endif
+
+TEST_F_TIMEOUT(race, forks_meet_walkers, 300)
+{
+	struct walk_race w = { .move_flags = MPOL_MF_MOVE_ALL };
+	unsigned long rounds = 0, failed = 0, collapsed = 0, before, shares;
+	bool feature = vmstat("cow_pte_share") >= 0;
+	pthread_t mig, rec;
+	char *thp;
+	time_t end;
+
+	if (!feature)
+		SKIP(return, "no COW page tables on this kernel");
+	if (access("/sys/devices/system/node/node1", F_OK))
+		SKIP(return, "needs two NUMA nodes");
+	w.memcg = enter_memcg(CGROUP);
+	/* one VMA of small pages, and a THP made in it each round */
+	w.p = walk_area(MADV_NORMAL);
+	ASSERT_NE(NULL, w.p);
+	thp = w.p + 3 * SZ_2M;
+	before = vmstat("cow_pte_share");
+	ASSERT_EQ(0, pthread_create(&mig, NULL, walk_migrate, &w));
+	ASSERT_EQ(0, pthread_create(&rec, NULL, walk_reclaim, &w));
+	for (end = time(NULL) + WALK_SECONDS; time(NULL) < end; rounds++) {
+		int status;
+		pid_t pid;
+
+		for (unsigned long t = 0; t < TABLES; t++)
+			write_tag(w.p + t * SZ_2M, tag(1, t * PER_TABLE));
+		collapsed += !madvise(thp, SZ_2M, MADV_COLLAPSE);
+		pid = fork();
+		ASSERT_LE(0, pid);
+		if (!pid)
+			_exit(walk_bad(w.p, 1) ? 1 : 0);
+		if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+		    WEXITSTATUS(status))
+			failed++;
+	}
+	__atomic_store_n(&w.stop, true, __ATOMIC_RELAXED);
+	pthread_join(mig, NULL);
+	pthread_join(rec, NULL);
+	shares = vmstat("cow_pte_share") - before;
+	TH_LOG("%lu rounds, %lu with a THP collapsed, %lu shares; since boot: "
+	       "pgmigrate_success %ld, thp_migration_success %ld, "
+	       "thp_split_pmd %ld", rounds, collapsed, shares,
+	       vmstat("pgmigrate_success"), vmstat("thp_migration_success"),
+	       vmstat("thp_split_pmd"));
+	EXPECT_EQ(0, failed) TH_LOG("children that read a wrong page");
+	EXPECT_EQ(0, walk_bad(w.p, 1));
+	EXPECT_LT(0, collapsed);
+	/* the 7 tables that are never a THP, at each fork */
+	EXPECT_LE(rounds * (TABLES - 1), shares);
+	ASSERT_EQ(0, munmap(w.p, AREA));
+	if (w.memcg)
+		leave_memcg(CGROUP);
 }
 
 TEST_HARNESS_MAIN
