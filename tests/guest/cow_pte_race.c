@@ -447,8 +447,10 @@ TEST_F_TIMEOUT(race, breaks_drops_exits_against_everything, 300)
 struct walk_race {
 	char *p;
 	bool stop;	/* __atomic */
-	bool memcg;
+	bool memcg;	/* in CGROUP */
+	bool reclaim;	/* a thread reclaims CGROUP */
 	int move_flags;	/* MPOL_MF_MOVE, or _ALL for pages two tables map */
+	pthread_t mig, rec;
 };
 
 static void *walk_migrate(void *arg)
@@ -508,27 +510,77 @@ static char *walk_area(int advice)
 	return p;
 }
 
+/* Why the walker tests cannot run on this machine, or NULL */
+static const char *walk_skip(void)
+{
+	if (vmstat("cow_pte_share") < 0)
+		return "no COW page tables on this kernel";
+	if (access("/sys/devices/system/node/node1", F_OK))
+		return "needs two NUMA nodes";
+	return NULL;
+}
+
+/*
+ * The parent's area (walk_area(@advice)) and the threads that walk the
+ * rmap: one migrates every page, one (if @reclaim) reclaims the memcg the
+ * parent enters first.  0, or -1 with nothing started.
+ */
+static int walk_start(struct walk_race *w, int advice, bool reclaim)
+{
+	if (reclaim)
+		w->memcg = enter_memcg(CGROUP);
+	w->reclaim = reclaim;
+	w->p = walk_area(advice);
+	if (!w->p || pthread_create(&w->mig, NULL, walk_migrate, w))
+		return -1;
+	if (reclaim && pthread_create(&w->rec, NULL, walk_reclaim, w)) {
+		__atomic_store_n(&w->stop, true, __ATOMIC_RELAXED);
+		pthread_join(w->mig, NULL);
+		return -1;
+	}
+	return 0;
+}
+
+static void walk_stop(struct walk_race *w)
+{
+	__atomic_store_n(&w->stop, true, __ATOMIC_RELAXED);
+	pthread_join(w->mig, NULL);
+	if (w->reclaim)
+		pthread_join(w->rec, NULL);
+}
+
+/* The area unmapped (its return) and the memcg left */
+static int walk_end(struct walk_race *w)
+{
+	int ret = munmap(w->p, AREA);
+
+	if (w->memcg)
+		leave_memcg(CGROUP);
+	return ret;
+}
+
+/* Reap @pid: true unless it exited with 0 */
+static bool walk_child_failed(pid_t pid)
+{
+	int status;
+
+	return waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+	       WEXITSTATUS(status);
+}
+
 TEST_F_TIMEOUT(race, walkers_meet_breaks, 300)
 {
 	struct walk_race w = { .move_flags = MPOL_MF_MOVE };
 	unsigned long rounds = 0, failed = 0, before, breaks;
-	pthread_t mig, rec;
-	bool feature = vmstat("cow_pte_share") >= 0;
+	const char *skip = walk_skip();
 	time_t end;
 
-	if (!feature)
-		SKIP(return, "no COW page tables on this kernel");
-	if (access("/sys/devices/system/node/node1", F_OK))
-		SKIP(return, "needs two NUMA nodes");
-	w.memcg = enter_memcg(CGROUP);
-	w.p = walk_area(MADV_NOHUGEPAGE);
-	ASSERT_NE(NULL, w.p);
+	if (skip)
+		SKIP(return, "%s", skip);
 	before = vmstat("cow_pte_break");
-	ASSERT_EQ(0, pthread_create(&mig, NULL, walk_migrate, &w));
-	ASSERT_EQ(0, pthread_create(&rec, NULL, walk_reclaim, &w));
+	ASSERT_EQ(0, walk_start(&w, MADV_NOHUGEPAGE, true));
 	for (end = time(NULL) + WALK_SECONDS; time(NULL) < end; rounds++) {
 		pid_t pid = fork();
-		int status;
 
 		ASSERT_LE(0, pid);
 		if (!pid) {
@@ -540,22 +592,16 @@ TEST_F_TIMEOUT(race, walkers_meet_breaks, 300)
 		/* the owner breaks (or reuses) them too, meanwhile */
 		for (unsigned long t = 0; t < TABLES; t++)
 			write_tag(w.p + t * SZ_2M, tag(1, t * PER_TABLE));
-		if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-		    WEXITSTATUS(status))
-			failed++;
+		failed += walk_child_failed(pid);
 	}
-	__atomic_store_n(&w.stop, true, __ATOMIC_RELAXED);
-	pthread_join(mig, NULL);
-	pthread_join(rec, NULL);
+	walk_stop(&w);
 	breaks = vmstat("cow_pte_break") - before;
 	TH_LOG("%lu rounds, %lu breaks, pswpout %ld, pgmigrate_success %ld",
 	       rounds, breaks, vmstat("pswpout"), vmstat("pgmigrate_success"));
 	EXPECT_EQ(0, failed) TH_LOG("children that read a wrong page");
 	EXPECT_EQ(0, walk_bad(w.p, 1));
 	EXPECT_LT(rounds, breaks);
-	ASSERT_EQ(0, munmap(w.p, AREA));
-	if (w.memcg)
-		leave_memcg(CGROUP);
+	ASSERT_EQ(0, walk_end(&w));
 }
 
 /*
@@ -578,20 +624,15 @@ TEST_F_TIMEOUT(race, last_drops_meet_migration, 300)
 {
 	struct walk_race w = { .move_flags = MPOL_MF_MOVE_ALL };
 	unsigned long rounds = 0, failed = 0, before, drops;
-	bool feature = vmstat("cow_pte_share") >= 0;
-	pthread_t mig;
+	const char *skip = walk_skip();
 	time_t end;
 
-	if (!feature)
-		SKIP(return, "no COW page tables on this kernel");
-	if (access("/sys/devices/system/node/node1", F_OK))
-		SKIP(return, "needs two NUMA nodes");
-	w.p = walk_area(MADV_NOHUGEPAGE);
-	ASSERT_NE(NULL, w.p);
+	if (skip)
+		SKIP(return, "%s", skip);
 	before = vmstat("cow_pte_drop");
-	ASSERT_EQ(0, pthread_create(&mig, NULL, walk_migrate, &w));
+	ASSERT_EQ(0, walk_start(&w, MADV_NOHUGEPAGE, false));
 	for (end = time(NULL) + WALK_SECONDS; time(NULL) < end; rounds++) {
-		int go[2], status;
+		int go[2];
 		pid_t pid;
 		char c;
 
@@ -616,19 +657,16 @@ TEST_F_TIMEOUT(race, last_drops_meet_migration, 300)
 			write_tag(w.p + t * SZ_2M, tag(1, t * PER_TABLE));
 		ASSERT_EQ(1, write(go[1], "", 1));
 		close(go[1]);
-		if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-		    WEXITSTATUS(status))
-			failed++;
+		failed += walk_child_failed(pid);
 	}
-	__atomic_store_n(&w.stop, true, __ATOMIC_RELAXED);
-	pthread_join(mig, NULL);
+	walk_stop(&w);
 	drops = vmstat("cow_pte_drop") - before;
 	TH_LOG("%lu rounds, %lu drops, pgmigrate_success %ld", rounds, drops,
 	       vmstat("pgmigrate_success"));
 	EXPECT_EQ(0, failed) TH_LOG("children whose drop failed or that read a non-zero page");
 	EXPECT_EQ(0, walk_bad(w.p, 1));
 	EXPECT_LE(rounds * TABLES, drops);
-	ASSERT_EQ(0, munmap(w.p, AREA));
+	ASSERT_EQ(0, walk_end(&w));
 }
 
 /*
@@ -660,25 +698,17 @@ TEST_F_TIMEOUT(race, forks_meet_walkers, 300)
 {
 	struct walk_race w = { .move_flags = MPOL_MF_MOVE_ALL };
 	unsigned long rounds = 0, failed = 0, collapsed = 0, before, shares;
-	bool feature = vmstat("cow_pte_share") >= 0;
-	pthread_t mig, rec;
+	const char *skip = walk_skip();
 	char *thp;
 	time_t end;
 
-	if (!feature)
-		SKIP(return, "no COW page tables on this kernel");
-	if (access("/sys/devices/system/node/node1", F_OK))
-		SKIP(return, "needs two NUMA nodes");
-	w.memcg = enter_memcg(CGROUP);
-	/* one VMA of small pages, and a THP made in it each round */
-	w.p = walk_area(MADV_NORMAL);
-	ASSERT_NE(NULL, w.p);
-	thp = w.p + 3 * SZ_2M;
+	if (skip)
+		SKIP(return, "%s", skip);
 	before = vmstat("cow_pte_share");
-	ASSERT_EQ(0, pthread_create(&mig, NULL, walk_migrate, &w));
-	ASSERT_EQ(0, pthread_create(&rec, NULL, walk_reclaim, &w));
+	/* one VMA of small pages, and a THP made in it each round */
+	ASSERT_EQ(0, walk_start(&w, MADV_NORMAL, true));
+	thp = w.p + 3 * SZ_2M;
 	for (end = time(NULL) + WALK_SECONDS; time(NULL) < end; rounds++) {
-		int status;
 		pid_t pid;
 
 		for (unsigned long t = 0; t < TABLES; t++)
@@ -688,13 +718,9 @@ TEST_F_TIMEOUT(race, forks_meet_walkers, 300)
 		ASSERT_LE(0, pid);
 		if (!pid)
 			_exit(walk_bad(w.p, 1) ? 1 : 0);
-		if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-		    WEXITSTATUS(status))
-			failed++;
+		failed += walk_child_failed(pid);
 	}
-	__atomic_store_n(&w.stop, true, __ATOMIC_RELAXED);
-	pthread_join(mig, NULL);
-	pthread_join(rec, NULL);
+	walk_stop(&w);
 	shares = vmstat("cow_pte_share") - before;
 	TH_LOG("%lu rounds, %lu with a THP collapsed, %lu shares; since boot: "
 	       "pgmigrate_success %ld, thp_migration_success %ld, "
@@ -706,9 +732,7 @@ TEST_F_TIMEOUT(race, forks_meet_walkers, 300)
 	EXPECT_LT(0, collapsed);
 	/* the 7 tables that are never a THP, at each fork */
 	EXPECT_LE(rounds * (TABLES - 1), shares);
-	ASSERT_EQ(0, munmap(w.p, AREA));
-	if (w.memcg)
-		leave_memcg(CGROUP);
+	ASSERT_EQ(0, walk_end(&w));
 }
 
 TEST_HARNESS_MAIN
