@@ -68,6 +68,7 @@ OURS = [
     _t("ptlab", "uffd_move", timeout=600),
     _t("ptlab", "cow_pte", timeout=900),
     _t("ptlab", "cow_pte_race", timeout=600),
+    _t("ptlab", "cow_pte_equiv", timeout=600),
 ]
 
 ALL = UPSTREAM + OURS

@@ -1,0 +1,405 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * cow_pte_equiv: what a program observes of memory that fork left in a PTE
+ * table shared by COW page tables (CONFIG_COW_PTE) must be what it observes
+ * on vanilla: contents, syscall results, /proc, core dumps.  Each test is a
+ * scenario that a review found wrong; each runs on any kernel (on vanilla it
+ * checks vanilla's behaviour, which is the reference) and, on a kernel with
+ * the feature, opts in and checks that its fork shared tables, so that it
+ * cannot pass without reaching the shared case.
+ */
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kselftest_harness.h"
+#include "guest_util.h"
+
+#ifndef PR_SET_COW_PTE
+#define PR_SET_COW_PTE	0x43505445
+#endif
+
+#define COW_PTE_SYSCTL	"/proc/sys/vm/cow_pte"
+#define PER_TABLE	(SZ_2M / PAGE_SIZE)
+
+static unsigned long tag(unsigned long round, unsigned long i)
+{
+	return round << 32 | i | 1UL << 63;
+}
+
+static void fill(char *p, unsigned long n, unsigned long round)
+{
+	for (unsigned long i = 0; i < n; i++)
+		write_tag(p + i * PAGE_SIZE, tag(round, i));
+}
+
+static unsigned long count_bad(char *p, unsigned long n, unsigned long round)
+{
+	unsigned long bad = 0;
+
+	for (unsigned long i = 0; i < n; i++)
+		if (load_word(first_word(p + i * PAGE_SIZE)) != tag(round, i) ||
+		    load_word(last_word(p + i * PAGE_SIZE)) != tag(round, i))
+			bad++;
+	return bad;
+}
+
+static unsigned long count_nonzero(char *p, unsigned long n)
+{
+	unsigned long bad = 0;
+
+	for (unsigned long i = 0; i < n; i++)
+		if (load_word(first_word(p + i * PAGE_SIZE)) ||
+		    load_word(last_word(p + i * PAGE_SIZE)))
+			bad++;
+	return bad;
+}
+
+/*
+ * The kernel shares tables at fork for this process from now on: true on a
+ * kernel with the feature switched on (opt-in by prctl, or vm.cow_pte=2);
+ * false on vanilla, where the scenario then runs as the reference.
+ */
+static bool opt_in(void)
+{
+	char val[8];
+
+	if (!switch_present(COW_PTE_SYSCTL) ||
+	    read_knob(COW_PTE_SYSCTL, val, sizeof(val)) || !strcmp(val, "0"))
+		return false;
+	return !prctl(PR_SET_COW_PTE, 1, 0, 0, 0);
+}
+
+/* An area of @tables PTE tables of 4 KiB pages, @round's tags in it */
+static char *tagged_area(unsigned long tables, unsigned long round)
+{
+	char *p = map_aligned(tables * SZ_2M, SZ_2M, PROT_READ | PROT_WRITE);
+
+	if (!p)
+		return NULL;
+	if (madvise(p, tables * SZ_2M, MADV_NOHUGEPAGE)) {
+		munmap(p, tables * SZ_2M);
+		return NULL;
+	}
+	fill(p, tables * PER_TABLE, round);
+	return p;
+}
+
+/* PageTables of /proc/meminfo in kB, its per-CPU deltas folded first */
+static long pagetables_kb(void)
+{
+	char line[128];
+	long val = -1;
+	FILE *f;
+
+	f = fopen("/proc/sys/vm/stat_refresh", "w");
+	if (f) {
+		fputs("1\n", f);
+		fclose(f);
+	}
+	f = fopen("/proc/meminfo", "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "PageTables:", 11))
+			val = strtol(line + 11, NULL, 10);
+	fclose(f);
+	return val;
+}
+
+/*
+ * A child that holds what fork gave it until the parent closes @fds[1],
+ * then checks it; the parent closes @fds[0].
+ */
+static pid_t holder(char *p, unsigned long pages, unsigned long round,
+		    int fds[2])
+{
+	pid_t pid = fork();
+	char c;
+
+	if (pid) {
+		close(fds[0]);
+		return pid;
+	}
+	close(fds[1]);
+	if (read(fds[0], &c, 1) < 0)
+		_exit(2);
+	_exit(p && count_bad(p, pages, round) ? 1 : 0);
+}
+
+/* The exit code of @pid, -1 if it did not exit */
+static int reap(pid_t pid)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+		return -1;
+	return WEXITSTATUS(status);
+}
+
+/*
+ * 1. mmap(MAP_FIXED) over exactly the 2 MiB of a shared table that a
+ * madvise(MADV_DONTFORK) has split into three VMAs.  The new mapping
+ * replaces the old one while the old VMAs are still in the tree, so each
+ * VMA's zap sees only a part of the table: it must still let go of the
+ * table as a whole.  Vanilla: the new mappings read zeros, the parent's
+ * RssAnon drops by the area, the child keeps its copy, and no page table
+ * is left behind once both are gone.
+ */
+#define FIXED_TABLES	8
+
+TEST(map_fixed_over_a_split_shared_table)
+{
+	unsigned long len = FIXED_TABLES * SZ_2M;
+	long pt_before, pt_after, rss_filled, rss_fixed;
+	long shares = vmstat("cow_pte_share");
+	bool feature = opt_in();
+	int fds[2];
+	pid_t pid;
+	char *p;
+
+	pt_before = pagetables_kb();
+	p = tagged_area(FIXED_TABLES, 1);
+	ASSERT_NE(NULL, p);
+	rss_filled = status_kb("RssAnon:");
+	ASSERT_EQ(0, pipe(fds));
+	pid = holder(p, FIXED_TABLES * PER_TABLE, 1, fds);
+	ASSERT_LE(0, pid);
+
+	for (int t = 0; t < FIXED_TABLES; t++) {
+		char *table = p + t * SZ_2M;
+
+		ASSERT_EQ(0, madvise(table + SZ_1M, PAGE_SIZE, MADV_DONTFORK));
+		ASSERT_EQ(table, mmap(table, SZ_2M, PROT_READ | PROT_WRITE,
+				      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+				      -1, 0));
+	}
+	EXPECT_EQ(0, count_nonzero(p, FIXED_TABLES * PER_TABLE))
+		TH_LOG("the new mappings must read zeros");
+	rss_fixed = status_kb("RssAnon:");
+	TH_LOG("RssAnon %ld kB filled, %ld kB after MAP_FIXED", rss_filled,
+	       rss_fixed);
+	EXPECT_GE(rss_filled - rss_fixed, (long)(len >> 10) - 512)
+		TH_LOG("the pages replaced are still counted");
+
+	close(fds[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child lost its copy");
+	ASSERT_EQ(0, munmap(p, len));
+	pt_after = pagetables_kb();
+	for (int i = 0; i < 100 && pt_after > pt_before; i++) {
+		usleep(10 * 1000);	/* tables are freed after RCU */
+		pt_after = pagetables_kb();
+	}
+	TH_LOG("PageTables %ld kB before, %ld kB after", pt_before, pt_after);
+	EXPECT_LE(pt_after, pt_before + 8) TH_LOG("page tables left behind");
+	if (feature)
+		EXPECT_LE(FIXED_TABLES, vmstat("cow_pte_share") - shares)
+			TH_LOG("the fork shared nothing");
+}
+
+/*
+ * 2. MADV_DONTNEED of a shared 2 MiB while another thread writes its last
+ * page: the write breaks the share (a copy, as the child still holds the
+ * table) while the zap waits for the PMD lock.  Once MADV_DONTNEED has
+ * returned 0, every page it covered must read zero, except the one the
+ * thread writes, which reads zero (written before the zap took it: the
+ * zap discarded the write) or the thread's word alone on a zero page
+ * (written after), never its old contents.
+ */
+#define RACE_ROUNDS	1000
+#define RACE_MS		8000
+
+struct writer {
+	char *page;
+	int go;			/* __atomic: the round to write in */
+	int done;		/* __atomic: the last round written */
+	bool stop;
+};
+
+static unsigned long written(int round)
+{
+	return 0x5752495445000000UL | round;	/* "WRITE" */
+}
+
+static void *write_last_page(void *arg)
+{
+	struct writer *w = arg;
+	int round = 0;
+
+	for (;;) {
+		while (__atomic_load_n(&w->go, __ATOMIC_ACQUIRE) == round)
+			if (__atomic_load_n(&w->stop, __ATOMIC_RELAXED))
+				return NULL;
+		round++;
+		store_word(first_word(w->page), written(round));
+		__atomic_store_n(&w->done, round, __ATOMIC_RELEASE);
+	}
+}
+
+TEST(dontneed_meets_a_break)
+{
+	long shares = vmstat("cow_pte_share"), breaks = vmstat("cow_pte_break");
+	unsigned long stale = 0, stale_rounds = 0;
+	bool feature = opt_in();
+	struct writer w = { 0 };
+	long start = now_ms();
+	pthread_t thread;
+	int round;
+	char *p;
+
+	p = tagged_area(1, 0);
+	ASSERT_NE(NULL, p);
+	w.page = p + (PER_TABLE - 1) * PAGE_SIZE;
+	ASSERT_EQ(0, pthread_create(&thread, NULL, write_last_page, &w));
+	for (round = 1; round <= RACE_ROUNDS; round++) {
+		unsigned long first, bad;
+		int fds[2];
+		pid_t pid;
+
+		fill(p, PER_TABLE, round);
+		ASSERT_EQ(0, pipe(fds));
+		pid = holder(p, PER_TABLE, round, fds);
+		ASSERT_LE(0, pid);
+
+		__atomic_store_n(&w.go, round, __ATOMIC_RELEASE);
+		ASSERT_EQ(0, madvise(p, SZ_2M, MADV_DONTNEED));
+		while (__atomic_load_n(&w.done, __ATOMIC_ACQUIRE) != round)
+			;
+		bad = count_nonzero(p, PER_TABLE - 1);
+		first = load_word(first_word(w.page));
+		if (load_word(last_word(w.page)) ||
+		    (first && first != written(round)))
+			bad++;
+		if (bad) {
+			if (!stale_rounds)
+				TH_LOG("round %d: %lu pages kept their contents",
+				       round, bad);
+			stale_rounds++;
+			stale += bad;
+		}
+		close(fds[1]);
+		ASSERT_EQ(0, reap(pid)) TH_LOG("the child lost its copy");
+		if (now_ms() - start > RACE_MS)
+			break;
+	}
+	__atomic_store_n(&w.stop, true, __ATOMIC_RELAXED);
+	pthread_join(thread, NULL);
+	TH_LOG("%d rounds; shares %ld, breaks %ld", round - 1,
+	       vmstat("cow_pte_share") - shares,
+	       vmstat("cow_pte_break") - breaks);
+	EXPECT_EQ(0, stale_rounds)
+		TH_LOG("%lu rounds, %lu pages not zeroed by MADV_DONTNEED",
+		       stale_rounds, stale);
+	if (feature) {
+		EXPECT_LE(round - 1, vmstat("cow_pte_share") - shares);
+		EXPECT_LT(0, vmstat("cow_pte_break") - breaks)
+			TH_LOG("the writes never broke a shared table");
+	}
+	munmap(p, SZ_2M);
+}
+
+/*
+ * 3. The core dump of a child that aborts with memory in a shared table
+ * holds that memory, as vanilla's does: the dump reads it through GUP
+ * (FOLL_DUMP | FOLL_GET), which must get the pages, not holes.
+ */
+#define CORE_TABLES	2
+#define CORE_PATTERN	"/proc/sys/kernel/core_pattern"
+#define CORE_DIR	"/tmp/ptlab_cow_pte_equiv"
+
+/* Pages of the PT_LOAD segment at @p in core file @path that hold tags */
+static long core_tagged_pages(const char *path, char *p, unsigned long n)
+{
+	long good = -1;
+	Elf64_Ehdr eh;
+	char *page;
+	int fd;
+
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return -2;
+	page = malloc(PAGE_SIZE);
+	if (pread(fd, &eh, sizeof(eh), 0) != sizeof(eh) ||
+	    memcmp(eh.e_ident, ELFMAG, SELFMAG) || eh.e_type != ET_CORE)
+		goto out;
+	for (int i = 0; i < eh.e_phnum; i++) {
+		Elf64_Phdr ph;
+
+		if (pread(fd, &ph, sizeof(ph), eh.e_phoff + i * sizeof(ph)) !=
+		    sizeof(ph))
+			goto out;
+		if (ph.p_type != PT_LOAD || ph.p_vaddr != (unsigned long)p)
+			continue;
+		good = 0;
+		if (ph.p_filesz < n * PAGE_SIZE)
+			break;
+		for (unsigned long j = 0; j < n; j++) {
+			if (pread(fd, page, PAGE_SIZE,
+				  ph.p_offset + j * PAGE_SIZE) != PAGE_SIZE)
+				break;
+			if (*first_word(page) == tag(1, j) &&
+			    *last_word(page) == tag(1, j))
+				good++;
+		}
+		break;
+	}
+out:
+	free(page);
+	close(fd);
+	return good;
+}
+
+TEST(core_dump_holds_a_shared_table)
+{
+	unsigned long pages = CORE_TABLES * PER_TABLE;
+	long shares = vmstat("cow_pte_share");
+	struct knob pattern = { CORE_PATTERN };
+	bool feature = opt_in();
+	char path[128];
+	long good;
+	int status;
+	pid_t pid;
+	char *p;
+
+	p = tagged_area(CORE_TABLES, 1);
+	ASSERT_NE(NULL, p);
+	save_knob_list(&pattern, 1);
+	mkdir(CORE_DIR, 0700);
+	ASSERT_EQ(0, write_knob(CORE_PATTERN, CORE_DIR "/core.%p\n"));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		struct rlimit rl = { RLIM_INFINITY, RLIM_INFINITY };
+
+		setrlimit(RLIMIT_CORE, &rl);
+		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+		abort();
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	restore_knob_list(&pattern, 1);
+	ASSERT_TRUE(WIFSIGNALED(status) && WCOREDUMP(status))
+		TH_LOG("no core dump (status %#x)", status);
+	snprintf(path, sizeof(path), CORE_DIR "/core.%d", pid);
+	good = core_tagged_pages(path, p, pages);
+	unlink(path);
+	rmdir(CORE_DIR);
+	ASSERT_LE(0, good) TH_LOG("no segment of the area in the dump (%ld)",
+				  good);
+	EXPECT_EQ(pages, good) TH_LOG("the dump lost the area's contents");
+	if (feature)
+		EXPECT_LE(CORE_TABLES, vmstat("cow_pte_share") - shares)
+			TH_LOG("the fork shared nothing");
+	munmap(p, pages * PAGE_SIZE);
+}
+
+TEST_HARNESS_MAIN
