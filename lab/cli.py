@@ -241,7 +241,11 @@ def cmd_soak(args) -> int:
     deps.ensure_apt()
     run_dir = _run_dir(f"soak-{args.profile}")
     vmlinux, st_dir, ours = prepare("patched", args.profile, force_tree=False)
-    bins = [ours / "pt_reclaim", ours / "migration_walk"]
+    bins = [ours / name for name in soak.RACE_PROGRAMS]
+    # every switch of the series at its all-on value (vm.cow_pte=2: every
+    # fork shares), NUMA balancing on; --sysctl overrides by name
+    sysctls = soak.sysctls(kconfig.all_on_sysctls(),
+                           [_check_sysctl(kv) for kv in args.sysctl])
     secs = args.minutes * 60
     plan = [guest.PlanItem("soak", "soak", secs + 600,
                            ["soak", str(args.minutes),
@@ -250,7 +254,7 @@ def cmd_soak(args) -> int:
                             *soak.stress_args(args.minutes, args.profile)])]
     step(f"boot patched ({args.profile}) and soak for {args.minutes} min; logs in {run_dir}")
     out = guest.boot(vmlinux, plan, bins, run_dir, timeout=secs + 900,
-                     features=kconfig.feature_sysctls())
+                     features=kconfig.feature_sysctls(), sysctls=sysctls)
     res = soak.parse(out.runs[0].output if out.runs else [], args.profile)
     text, ok = soak.report(res, out, args.minutes, args.profile)
     (run_dir / "soak.txt").write_text(text + "\n")
@@ -334,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--memcg-limit", metavar="SIZE",
                    help="memory.high of stress-ng's cgroup, below its load (default 1G; "
                         "512M with --profile kasan)")
+    s.add_argument("--sysctl", action="append", default=[], metavar="NAME=VALUE",
+                   help="set a sysctl at boot (repeatable), over the all-on value of "
+                        "config/features.config, e.g. vm.cow_pte=1")
     s.set_defaults(fn=cmd_soak)
     s = sub.add_parser("shell", help="boot the test kernel with a shell on this terminal")
     s.add_argument("--vanilla", action="store_true", help="boot the vanilla kernel")

@@ -47,12 +47,23 @@ def _declared_symbols(src: Path) -> set[str]:
     return syms
 
 
-def feature_sysctls() -> list[str]:
-    """The run-time switches of our features ("vm.pte_table_reclaim"), from
-    the "# sysctl: <name>" lines of config/features.config."""
+def _switches() -> list[tuple[str, str]]:
+    """The "# sysctl: <name>=<value>" lines of config/features.config: the
+    one table of the series' run-time switches and their all-on values."""
     feat = CONFIG_DIR / "features.config"
     text = feat.read_text() if feat.exists() else ""
-    return re.findall(r"^# sysctl: (\S+)\s*$", text, re.M)
+    return re.findall(r"^# sysctl: ([\w.]+)=(\S+)\s*$", text, re.M)
+
+
+def feature_sysctls() -> list[str]:
+    """The run-time switches of our features ("vm.pte_table_reclaim")."""
+    return [name for name, _ in _switches()]
+
+
+def all_on_sysctls() -> list[str]:
+    """Every switch of the series at its all-on value ("vm.cow_pte=2"): what
+    `ptlab soak` boots with."""
+    return [f"{name}={value}" for name, value in _switches()]
 
 
 def check(src: Path, dotconfig: Path, frags: list[Path], strict: bool = True) -> None:

@@ -3,11 +3,16 @@ series on, running stress-ng's page-table stressors under a memcg memory.high
 smaller than their load, in parallel with our race tests in loops, for N
 minutes (lab/guest/soak does the guest side).
 
+Every switch of the series is on at its all-on value, from the one table of
+switches in config/features.config (vm.cow_pte=2: every fork shares its
+tables), NUMA balancing too; `--sysctl` overrides one.
+
 The verdict: any console splat (the scanner of `ptlab test`, which includes
 "Bad rss-counter" and "non-zero pgtables_bytes"), a stressor stress-ng
 reports as failed or a non-zero stress-ng exit, a race-test run that failed,
-a switch of the series missing from the kernel, or a guest that did not
-finish, fails the run."""
+a switch of the series missing from the kernel, a soak with COW page tables
+on in which no table was shared or none broken (it soaked nothing of them),
+or a guest that did not finish, fails the run."""
 from __future__ import annotations
 
 import re
@@ -49,6 +54,27 @@ UNCONFINED_SHARE = 0.5
 # 571 times alone in 60 s on the debug kernel.  Under KASAN, fork and
 # mmapfork and our race tests' forks stay.
 LEFT_OUT = {"kasan": ("forkheavy",)}
+
+
+# Our programs that lab/guest/soak loops (tests/guest/*.c).
+RACE_PROGRAMS = ("pt_reclaim", "migration_walk", "cow_pte_race", "cow_pte_equiv",
+                 "uffd_race", "uffd_move")
+
+# Not a switch of the series, on for the soak: NUMA hinting faults and the
+# migrations they start, beside everything else.
+SOAK_SYSCTLS = ("kernel.numa_balancing=1",)
+
+
+def sysctls(all_on: list[str], overrides: list[str]) -> list[str]:
+    """What the soak boots with: the series' switches at their all-on value
+    and SOAK_SYSCTLS, each replaced by an override of the same name."""
+    want = {kv.split("=", 1)[0]: kv for kv in [*all_on, *SOAK_SYSCTLS, *overrides]}
+    return list(want.values())
+
+
+# The counters that must move when COW page tables are on: a soak with no
+# table shared or broken never reached the feature's paths.
+COW_PTE_MUST_MOVE = ("cow_pte_share", "cow_pte_break")
 
 
 # memory.high of the memcg, per profile: below what its stressors map, so
@@ -116,6 +142,7 @@ class SoakResult:
     race_logs: dict[str, list[str]] = field(default_factory=dict)
     memcg: str = ""
     vmstat: str = ""
+    counters: dict[str, int] = field(default_factory=dict)  # our vmstat deltas over the soak
     asked: tuple[str, ...] = STRESSORS     # the memcg's stressors (stressors())
     memcg_high: int | None = None          # memory.events "high": times above it
 
@@ -146,6 +173,10 @@ class SoakResult:
         if self.memcg_high == 0:
             out.append("the memcg never went above memory.high: nothing reclaimed under "
                        "the limit (a lower --memcg-limit would)")
+        cow = self.switches.get("/proc/sys/vm/cow_pte", "0")
+        if cow not in ("0", "missing"):
+            out += [f"vm.cow_pte={cow} and {c} did not move: the soak reached no shared table"
+                    for c in COW_PTE_MUST_MOVE if not self.counters.get(c)]
         out += [f"race test {n}: {f} of {r} runs failed"
                 for n, (r, f) in self.races.items() if f]
         out += [f"race test {n} never ran" for n, (r, f) in self.races.items() if not r]
@@ -180,6 +211,9 @@ def parse(lines: list[str], profile: str = "debug") -> SoakResult:
             res.memcg = (res.memcg + " " + line[len("SOAK-MEMCG "):]).strip()
             if m := re.search(r"\bhigh (\d+)", line):
                 res.memcg_high = int(m.group(1))
+        elif line.startswith("SOAK-COUNTERS "):
+            res.counters = {k: int(v) for k, v in
+                            (kv.split("=", 1) for kv in line.split()[1:])}
         elif line.startswith("SOAK-VMSTAT "):
             res.vmstat = line[len("SOAK-VMSTAT "):].strip()
         elif m := _FAIL.search(line):
@@ -212,10 +246,14 @@ def report(res: SoakResult, out: guest.Outcome, minutes: int,
         lines.append(f"{name:20} {runs:6} {failed:7}")
     if res.vmstat:
         lines.append("vmstat: " + res.vmstat)
+    if res.counters:
+        lines.append("our counters over the soak: "
+                     + ", ".join(f"{k} {v}" for k, v in sorted(res.counters.items())))
     for name, log in res.race_logs.items():
         lines.append(f"--- last failed run of {name} (tail) ---")
         lines += log
     problems = res.problems()
+    problems += [f"guest setup: {what}" for what in out.setup]
     if out.splats:
         problems.append(f"{len(out.splats)} splat(s) on the console ({out.console})")
         lines.append(splat.format_report(out.splats))

@@ -34,7 +34,7 @@ def test_a_compiled_out_feature_fails_the_patched_kernel(tmp_path):
     the patched kernel, whether or not its Kconfig declares them (a patch
     that lost its Kconfig entry must not pass as vanilla)."""
     feat = tmp_path / "features.config"
-    feat.write_text("# sysctl: vm.pte_table_reclaim\nCONFIG_PTE_TABLE_RECLAIM=y\n")
+    feat.write_text("# sysctl: vm.pte_table_reclaim=1\nCONFIG_PTE_TABLE_RECLAIM=y\n")
     dotconfig = tmp_path / ".config"
     dotconfig.write_text("# CONFIG_PTE_TABLE_RECLAIM is not set\n")
     src = tmp_path / "src"

@@ -13,6 +13,7 @@ GOOD = """\
 SOAK-SWITCH /proc/sys/vm/pte_table_reclaim 1
 SOAK-SWITCH /proc/sys/vm/migration_walk_early_exit 1
 SOAK-SWITCH /proc/sys/kernel/numa_balancing 1
+SOAK-SWITCH /proc/sys/vm/cow_pte 2
 SOAK-MEMCG memory.high=1073741824
 SOAK-RACE migration-stress runs=12 failed=0
 SOAK-RACE sweep-vs-munmap runs=40 failed=0
@@ -32,6 +33,7 @@ stress-ng: metrc: [211] mmapfork             41   1800.10     12.00    300.00   
 stress-ng: info:  [211] successful run completed in 1800.10s
 SOAK-STRESSNG-END root rc=0
 SOAK-MEMCG high 25 oom 0 oom_kill 0
+SOAK-COUNTERS cow_pte_share=5120 cow_pte_break=812 cow_pte_drop=4000 pt_reclaim_pte_freed=99
 SOAK-VMSTAT pswpout 1234 pt_reclaim_pte_freed 99
 """.splitlines()
 # every other stressor the soak asks for in the memcg reports too
@@ -149,3 +151,34 @@ def test_a_memcg_never_above_its_limit_fails(tmp_path):
     text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
     assert not ok and "FAIL: the memcg never went above memory.high" in text
     assert soak.memcg_limit("kasan") == "512M" and soak.memcg_limit("debug") == "1G"
+
+
+def test_a_soak_that_shares_no_table_fails(tmp_path):
+    """Issue 27: with vm.cow_pte on, a soak in which no fork shared a table
+    (or no table was broken) never reached COW page tables' paths."""
+    res = soak.parse(GOOD)
+    assert res.counters["cow_pte_share"] == 5120
+    text, ok = soak.report(res, _outcome(tmp_path), 30)
+    assert ok and "cow_pte_break 812" in text
+    lines = [l.replace("cow_pte_break=812", "cow_pte_break=0") for l in GOOD]
+    text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
+    assert not ok and "cow_pte_break did not move" in text
+    lines = [l for l in GOOD if not l.startswith("SOAK-COUNTERS")]
+    text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
+    assert not ok and "cow_pte_share did not move" in text
+    # sharing switched off on purpose (--sysctl vm.cow_pte=0): nothing to reach
+    lines = [l.replace("vm/cow_pte 2", "vm/cow_pte 0") for l in lines]
+    assert soak.report(soak.parse(lines), _outcome(tmp_path), 30)[1]
+
+
+def test_the_soak_boots_with_every_switch_all_on():
+    """One table of switches (config/features.config) for test, bench and
+    soak: the soak turns on every one at its all-on value, and --sysctl
+    replaces one by name."""
+    from lab import kconfig
+    on = kconfig.all_on_sysctls()
+    assert "vm.cow_pte=2" in on and "vm.pte_table_reclaim=1" in on
+    assert [kv.split("=")[0] for kv in on] == kconfig.feature_sysctls()
+    got = soak.sysctls(on, ["vm.cow_pte=1"])
+    assert "vm.cow_pte=1" in got and "vm.cow_pte=2" not in got
+    assert "kernel.numa_balancing=1" in got and len(got) == len(on) + 1

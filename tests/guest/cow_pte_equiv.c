@@ -118,6 +118,17 @@ static long pagetables_kb(void)
 }
 
 /*
+ * The tests need no fixture; one gives them a time limit of their own:
+ * under `ptlab soak` (stress-ng beside them on TCG) a 16 MiB fill, fork and
+ * check took longer than the harness's default 30 s.
+ */
+FIXTURE(equiv) {};
+FIXTURE_SETUP(equiv) {}
+FIXTURE_TEARDOWN(equiv) {}
+
+#define EQUIV_TIMEOUT	300
+
+/*
  * A child that holds what fork gave it until the parent closes @fds[1],
  * then checks it; the parent closes @fds[0].
  */
@@ -158,7 +169,7 @@ static int reap(pid_t pid)
  */
 #define FIXED_TABLES	8
 
-TEST(map_fixed_over_a_split_shared_table)
+TEST_F_TIMEOUT(equiv, map_fixed_over_a_split_shared_table, EQUIV_TIMEOUT)
 {
 	unsigned long len = FIXED_TABLES * SZ_2M;
 	long pt_before, pt_after, rss_filled, rss_fixed;
@@ -246,7 +257,7 @@ static void *write_last_page(void *arg)
 	}
 }
 
-TEST(dontneed_meets_a_break)
+TEST_F_TIMEOUT(equiv, dontneed_meets_a_break, EQUIV_TIMEOUT)
 {
 	long shares = vmstat("cow_pte_share"), breaks = vmstat("cow_pte_break");
 	unsigned long stale = 0, stale_rounds = 0;
@@ -359,7 +370,7 @@ out:
 	return good;
 }
 
-TEST(core_dump_holds_a_shared_table)
+TEST_F_TIMEOUT(equiv, core_dump_holds_a_shared_table, EQUIV_TIMEOUT)
 {
 	unsigned long pages = CORE_TABLES * PER_TABLE;
 	long shares = vmstat("cow_pte_share");
@@ -400,6 +411,85 @@ TEST(core_dump_holds_a_shared_table)
 		EXPECT_LE(CORE_TABLES, vmstat("cow_pte_share") - shares)
 			TH_LOG("the fork shared nothing");
 	munmap(p, pages * PAGE_SIZE);
+}
+
+/*
+ * 4. A child's RSS after its parent rewrote the memory they shared: on
+ * vanilla the child maps every page fork gave it, and VmRSS/RssAnon say so,
+ * as does smaps_rollup.  With COW page tables one owner mm counts a shared
+ * table's pages: once the parent (the owner) breaks, nobody counts them,
+ * and the child's VmRSS stays near zero while smaps_rollup, which walks
+ * the tables, finds them all.  Open (issue 27, defect 4): the check runs
+ * and logs what it saw, and on a kernel with the feature it skips, naming
+ * the defect, instead of failing the plan until the accounting model
+ * changes; on vanilla it must pass.
+ */
+#define RSS_TABLES	32
+#define RSS_SLACK_KB	2048
+
+static long rollup_rss_kb(pid_t pid)
+{
+	char path[64], line[128];
+	long val = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "Rss:", 4))
+			val = strtol(line + 4, NULL, 10);
+	fclose(f);
+	return val;
+}
+
+static long pid_status_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	long val = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, strlen(field)))
+			val = strtol(line + strlen(field), NULL, 10);
+	fclose(f);
+	return val;
+}
+
+TEST_F_TIMEOUT(equiv, child_rss_after_the_parent_rewrites, EQUIV_TIMEOUT)
+{
+	long area_kb = RSS_TABLES * SZ_2M >> 10, rss, anon, rollup;
+	bool feature = opt_in();
+	int fds[2];
+	pid_t pid;
+	char *p;
+
+	p = tagged_area(RSS_TABLES, 1);
+	ASSERT_NE(NULL, p);
+	ASSERT_EQ(0, pipe(fds));
+	pid = holder(p, RSS_TABLES * PER_TABLE, 1, fds);
+	ASSERT_LE(0, pid);
+	fill(p, RSS_TABLES * PER_TABLE, 2);	/* the parent's own copy */
+	rss = pid_status_kb(pid, "VmRSS:");
+	anon = pid_status_kb(pid, "RssAnon:");
+	rollup = rollup_rss_kb(pid);
+	close(fds[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child lost its copy");
+	munmap(p, RSS_TABLES * SZ_2M);
+	TH_LOG("child: VmRSS %ld kB, RssAnon %ld kB, smaps_rollup Rss %ld kB; the area %ld kB",
+	       rss, anon, rollup, area_kb);
+	/* RSS counters are per-CPU: up to a batch per CPU not folded yet */
+	if (feature && anon < area_kb - RSS_SLACK_KB)
+		SKIP(return, "issue 27 defect 4, open: the child's RssAnon (%ld kB) does not count the %ld kB of its shared tables",
+		     anon, area_kb);
+	EXPECT_GE(anon, area_kb - RSS_SLACK_KB);
+	EXPECT_GE(rss, area_kb - RSS_SLACK_KB);
+	EXPECT_GE(rollup, area_kb);
 }
 
 TEST_HARNESS_MAIN

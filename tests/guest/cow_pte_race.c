@@ -408,7 +408,12 @@ TEST_F_TIMEOUT(race, breaks_drops_exits_against_everything, 300)
 	EXPECT_EQ(0, r.children_failed) TH_LOG("a child exited with %lu: 2-5 a "
 		"syscall, 11 its write lost, 12 a zapped page not zero, 13 "
 		"another's write, 2x its grandchild", r.child_code);
-	EXPECT_LT(10, r.forks);
+	/*
+	 * Enough forks to have raced anything; under `ptlab soak` (stress-ng
+	 * beside it on 4 vCPUs of TCG) one is enough: the soak judges by the
+	 * counters over the whole soak, not by this run's pace.
+	 */
+	EXPECT_LT(getenv("PTLAB_SOAK") ? 0 : 10, r.forks);
 	for (int k = 0; k < NR_COUNTERS; k++) {
 		after[k] = vmstat(counter_names[k]);
 		TH_LOG("%s +%ld", counter_names[k], after[k] - before[k]);
