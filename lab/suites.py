@@ -69,6 +69,14 @@ OURS = [
     _t("ptlab", "cow_pte", timeout=900),
     _t("ptlab", "cow_pte_race", timeout=600),
     _t("ptlab", "cow_pte_equiv", timeout=600),
+    # the differential test: 200 seeded sequences with vm.cow_pte=0 and =2
+    # (10 000 and more: `-n` by hand, docs/cow-pte.md)
+    _t("ptlab", "cow_pte_diff", "-n", "200", timeout=1200, test="cow_pte_diff"),
+    # the same with both runs at 0 and at 2: the test's own determinism
+    _t("ptlab", "cow_pte_diff", "-n", "100", "-a", "0", "-b", "0", timeout=900,
+       test="cow_pte_diff-0-0"),
+    _t("ptlab", "cow_pte_diff", "-n", "100", "-a", "2", "-b", "2", timeout=900,
+       test="cow_pte_diff-2-2"),
 ]
 
 ALL = UPSTREAM + OURS
