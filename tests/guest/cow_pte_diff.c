@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -61,6 +62,7 @@ struct ctl {
 	unsigned long rng;		/* the sequence's random state */
 	int step, steps;
 	bool alive[MAXP];
+	pid_t exiting;			/* passed the token, then exits */
 	bool done;
 	bool rss;			/* compare the status line too */
 	size_t len;			/* of log[] */
@@ -261,6 +263,7 @@ static bool do_step(void)
 			break;	/* p0 stays: it reaps the others */
 		observe();
 		ctl->alive[slot] = false;
+		ctl->exiting = getpid();	/* the next actor waits for it */
 		pass_token();
 		_exit(0);
 	case OP_PROTECT:
@@ -315,6 +318,26 @@ static void pass_token(void)
 		_exit(3);
 }
 
+/*
+ * A process that exits passes the token first: the next actor waits until
+ * it is gone, mm and all (exit_mm() comes before the pidfd is woken), or
+ * its own step would race the exit's teardown of the area (MADV_PAGEOUT
+ * skips a page the exiting process still maps).
+ */
+static void wait_for_exit(void)
+{
+	struct pollfd pfd = { .events = POLLIN };
+
+	if (!ctl->exiting)
+		return;
+	pfd.fd = syscall(SYS_pidfd_open, ctl->exiting, 0);
+	ctl->exiting = 0;
+	if (pfd.fd < 0)
+		return;		/* gone and reaped already */
+	poll(&pfd, 1, -1);
+	close(pfd.fd);
+}
+
 /* Every process of a sequence: its turns until the sequence is done */
 static void run(void)
 {
@@ -323,6 +346,7 @@ static void run(void)
 	for (;;) {
 		if (read(tok[slot][0], &c, 1) != 1)
 			_exit(4);
+		wait_for_exit();
 		if (ctl->done)
 			break;
 		if (do_step())
