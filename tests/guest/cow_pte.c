@@ -229,32 +229,6 @@ static void counters_since(struct __test_metadata *_metadata,
 }
 
 /*
- * PageTables of /proc/meminfo, kB, exact: the per-CPU deltas of the
- * counter are folded first (up to 4 CPUs x their threshold of pages
- * otherwise, which made a freed table look leaked or a leak look freed).
- */
-static long pagetables_kb(void)
-{
-	char line[128];
-	long val = -1;
-	FILE *f;
-
-	f = fopen("/proc/sys/vm/stat_refresh", "w");
-	if (f) {
-		fputs("1\n", f);
-		fclose(f);
-	}
-	f = fopen("/proc/meminfo", "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, "PageTables:", 11))
-			val = strtol(line + 11, NULL, 10);
-	fclose(f);
-	return val;
-}
-
-/*
  * A pipe each way between a process and its child: the one side steps,
  * the other waits for it.  A lost peer reads as an exit of the waiter.
  */

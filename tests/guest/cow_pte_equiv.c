@@ -95,28 +95,6 @@ static char *tagged_area(unsigned long tables, unsigned long round)
 	return p;
 }
 
-/* PageTables of /proc/meminfo in kB, its per-CPU deltas folded first */
-static long pagetables_kb(void)
-{
-	char line[128];
-	long val = -1;
-	FILE *f;
-
-	f = fopen("/proc/sys/vm/stat_refresh", "w");
-	if (f) {
-		fputs("1\n", f);
-		fclose(f);
-	}
-	f = fopen("/proc/meminfo", "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, "PageTables:", 11))
-			val = strtol(line + 11, NULL, 10);
-	fclose(f);
-	return val;
-}
-
 /*
  * The tests need no fixture; one gives them a time limit of their own:
  * under `ptlab soak` (stress-ng beside them on TCG) a 16 MiB fill, fork and
@@ -427,38 +405,13 @@ TEST_F_TIMEOUT(equiv, core_dump_holds_a_shared_table, EQUIV_TIMEOUT)
 #define RSS_TABLES	32
 #define RSS_SLACK_KB	2048
 
-static long rollup_rss_kb(pid_t pid)
+/* The number after @field in /proc/@pid/@file, kB */
+static long pid_kb(pid_t pid, const char *file, const char *field)
 {
-	char path[64], line[128];
-	long val = -1;
-	FILE *f;
+	char path[64];
 
-	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, "Rss:", 4))
-			val = strtol(line + 4, NULL, 10);
-	fclose(f);
-	return val;
-}
-
-static long pid_status_kb(pid_t pid, const char *field)
-{
-	char path[64], line[256];
-	long val = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, field, strlen(field)))
-			val = strtol(line + strlen(field), NULL, 10);
-	fclose(f);
-	return val;
+	snprintf(path, sizeof(path), "/proc/%d/%s", pid, file);
+	return proc_field(path, field);
 }
 
 TEST_F_TIMEOUT(equiv, child_rss_after_the_parent_rewrites, EQUIV_TIMEOUT)
@@ -475,9 +428,9 @@ TEST_F_TIMEOUT(equiv, child_rss_after_the_parent_rewrites, EQUIV_TIMEOUT)
 	pid = holder(p, RSS_TABLES * PER_TABLE, 1, fds);
 	ASSERT_LE(0, pid);
 	fill(p, RSS_TABLES * PER_TABLE, 2);	/* the parent's own copy */
-	rss = pid_status_kb(pid, "VmRSS:");
-	anon = pid_status_kb(pid, "RssAnon:");
-	rollup = rollup_rss_kb(pid);
+	rss = pid_kb(pid, "status", "VmRSS:");
+	anon = pid_kb(pid, "status", "RssAnon:");
+	rollup = pid_kb(pid, "smaps_rollup", "Rss:");
 	close(fds[1]);
 	EXPECT_EQ(0, reap(pid)) TH_LOG("the child lost its copy");
 	munmap(p, RSS_TABLES * SZ_2M);

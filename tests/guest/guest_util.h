@@ -124,12 +124,12 @@ static inline void restore_knob_list(struct knob *knobs, size_t nr)
 
 /* --- what the kernel tells: /proc/self/status, pagemap, smaps ---------- */
 
-/* The number after @field ("VmPTE:") in /proc/self/status; -1: none */
-static inline long status_kb(const char *field)
+/* The number after @field ("VmPTE:") in the /proc file @path; -1: none */
+static inline long proc_field(const char *path, const char *field)
 {
 	char line[256];
 	long val = -1;
-	FILE *f = fopen("/proc/self/status", "r");
+	FILE *f = fopen(path, "r");
 
 	if (!f)
 		return -1;
@@ -138,6 +138,28 @@ static inline long status_kb(const char *field)
 			val = strtol(line + strlen(field), NULL, 10);
 	fclose(f);
 	return val;
+}
+
+/* The number after @field ("VmPTE:") in /proc/self/status; -1: none */
+static inline long status_kb(const char *field)
+{
+	return proc_field("/proc/self/status", field);
+}
+
+/*
+ * PageTables of /proc/meminfo, kB, exact: the per-CPU deltas of the
+ * counter are folded first (up to 4 CPUs x their threshold of pages
+ * otherwise, which made a freed table look leaked or a leak look freed).
+ */
+static inline long pagetables_kb(void)
+{
+	FILE *f = fopen("/proc/sys/vm/stat_refresh", "w");
+
+	if (f) {
+		fputs("1\n", f);
+		fclose(f);
+	}
+	return proc_field("/proc/meminfo", "PageTables:");
 }
 
 /* A counter of /proc/vmstat, or -1 if this kernel has none of that name */
