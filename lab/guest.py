@@ -142,10 +142,15 @@ class Channel:
 
 
 def _parse_channel(text: str) -> Channel:
+    """Parse the channel; `text` may end inside a line that the guest is
+    still writing (the host polls while it runs).  Only whole lines are
+    control lines: a partial last line counts only as the output of the
+    test that was running."""
     ch = Channel()
     cur = None
     in_dmesg = False
-    for line in text.splitlines():
+    *lines, partial = text.split("\n")
+    for line in lines:
         line = line.rstrip("\r")
         if in_dmesg:
             if line == "PTLAB-DMESG-END":
@@ -178,6 +183,8 @@ def _parse_channel(text: str) -> Channel:
             ch.done = True
         elif cur:
             cur.output.append(line)
+    if partial.rstrip("\r") and cur and not in_dmesg:
+        cur.output.append(partial.rstrip("\r"))
     if in_dmesg:
         ch.dmesg = None                 # cut off: the guest died while writing it
     return ch
