@@ -394,16 +394,12 @@ TEST_F_TIMEOUT(equiv, core_dump_holds_a_shared_table, EQUIV_TIMEOUT)
 /*
  * 4. A child's RSS after its parent rewrote the memory they shared: on
  * vanilla the child maps every page fork gave it, and VmRSS/RssAnon say so,
- * as does smaps_rollup.  With COW page tables one owner mm counts a shared
- * table's pages: once the parent (the owner) breaks, nobody counts them,
- * and the child's VmRSS stays near zero while smaps_rollup, which walks
- * the tables, finds them all.  Open (issue 27, defect 4): the check runs
- * and logs what it saw, and on a kernel with the feature it skips, naming
- * the defect, instead of failing the plan until the accounting model
- * changes; on vanilla it must pass.
+ * as does smaps_rollup.  Shared tables used to be counted by one owner mm:
+ * once the parent (the owner) broke, nobody counted them, and the child's
+ * VmRSS stayed near zero (820 kB of 65 536) while smaps_rollup, which
+ * walks the tables, found them all.  Every holder counts them now.
  */
 #define RSS_TABLES	32
-#define RSS_SLACK_KB	2048
 
 /* The number after @field in /proc/@pid/@file, kB */
 static long pid_kb(pid_t pid, const char *file, const char *field)
@@ -417,11 +413,11 @@ static long pid_kb(pid_t pid, const char *file, const char *field)
 TEST_F_TIMEOUT(equiv, child_rss_after_the_parent_rewrites, EQUIV_TIMEOUT)
 {
 	long area_kb = RSS_TABLES * SZ_2M >> 10, rss, anon, rollup;
-	bool feature = opt_in();
 	int fds[2];
 	pid_t pid;
 	char *p;
 
+	opt_in();
 	p = tagged_area(RSS_TABLES, 1);
 	ASSERT_NE(NULL, p);
 	ASSERT_EQ(0, pipe(fds));
@@ -436,10 +432,6 @@ TEST_F_TIMEOUT(equiv, child_rss_after_the_parent_rewrites, EQUIV_TIMEOUT)
 	munmap(p, RSS_TABLES * SZ_2M);
 	TH_LOG("child: VmRSS %ld kB, RssAnon %ld kB, smaps_rollup Rss %ld kB; the area %ld kB",
 	       rss, anon, rollup, area_kb);
-	/* RSS counters are per-CPU: up to a batch per CPU not folded yet */
-	if (feature && anon < area_kb - RSS_SLACK_KB)
-		SKIP(return, "issue 27 defect 4, open: the child's RssAnon (%ld kB) does not count the %ld kB of its shared tables",
-		     anon, area_kb);
 	EXPECT_GE(anon, area_kb - RSS_SLACK_KB);
 	EXPECT_GE(rss, area_kb - RSS_SLACK_KB);
 	EXPECT_GE(rollup, area_kb);

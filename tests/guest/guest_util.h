@@ -147,6 +147,13 @@ static inline long status_kb(const char *field)
 }
 
 /*
+ * How far /proc's RSS fields (VmRSS, RssAnon, VmSwap) may lag the truth:
+ * they read a per-CPU counter's sum without the CPUs' unfolded deltas, up
+ * to a batch of 32 pages per CPU (4 CPUs: 512 kB); twice that.
+ */
+#define RSS_SLACK_KB	1024
+
+/*
  * PageTables of /proc/meminfo, kB, exact: the per-CPU deltas of the
  * counter are folded first (up to 4 CPUs x their threshold of pages
  * otherwise, which made a freed table look leaked or a leak look freed).
