@@ -702,7 +702,12 @@ static unsigned long count_off_node(char *p, unsigned long n, int node)
 	return off;
 }
 
-/* Move [@p, @p + @n pages) to @node: the pages that did not get there */
+/*
+ * Move [@p, @p + @n pages) to @node: the pages that did not get there.
+ * MPOL_MF_MOVE_ALL: the pages of a shared table are mapped by its other
+ * holders too, which MPOL_MF_MOVE leaves alone, as vanilla does pages that
+ * fork copied (this runs as root, with CAP_SYS_NICE).
+ */
 static unsigned long move_to_node(char *p, unsigned long n, int node)
 {
 	void **addrs = calloc(n, sizeof(*addrs));
@@ -715,7 +720,7 @@ static unsigned long move_to_node(char *p, unsigned long n, int node)
 			addrs[i] = p + i * PAGE_SIZE;
 			nodes[i] = node;
 		}
-		if (move_pages(0, n, addrs, nodes, status, MPOL_MF_MOVE) >= 0)
+		if (move_pages(0, n, addrs, nodes, status, MPOL_MF_MOVE_ALL) >= 0)
 			for (off = 0; n--; )
 				off += status[n] != node;
 	}

@@ -11,6 +11,7 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <numaif.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -435,6 +437,123 @@ TEST_F_TIMEOUT(equiv, child_rss_after_the_parent_rewrites, EQUIV_TIMEOUT)
 	EXPECT_GE(anon, area_kb - RSS_SLACK_KB);
 	EXPECT_GE(rss, area_kb - RSS_SLACK_KB);
 	EXPECT_GE(rollup, area_kb);
+}
+
+/*
+ * 5. What /proc and page migration say of memory that a child holds by
+ * fork: on vanilla each page is mapped by two mms.  smaps' Pss is half the
+ * Rss and every page is Shared, pagemap clears the exclusive bit, numa_maps
+ * says mapmax=2; move_pages(MPOL_MF_MOVE) refuses each page (-EACCES) and
+ * mbind(MPOL_MF_MOVE) leaves them where they are, as moving them would move
+ * another process's memory (MPOL_MF_MOVE_ALL, with CAP_SYS_NICE, may).  A
+ * table shared by fork counts once in each page's mapcount: the kernel must
+ * count its holders.
+ */
+#define PROC_TABLES	4
+
+/* mapmax= of the numa_maps line of the VMA at @p; 1 if none is printed */
+static long numa_mapmax(char *p)
+{
+	char line[1024], want[32], *m;
+	FILE *f = fopen("/proc/self/numa_maps", "r");
+	long val = -1;
+
+	if (!f)
+		return -1;
+	snprintf(want, sizeof(want), "%lx ", (unsigned long)p);
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, want, strlen(want))) {
+			m = strstr(line, " mapmax=");
+			val = m ? strtol(m + 8, NULL, 10) : 1;
+		}
+	fclose(f);
+	return val;
+}
+
+/* The nodes of the @n pages at @p, in @nodes; false: move_pages() failed */
+static bool page_nodes(char *p, unsigned long n, int *nodes)
+{
+	void *pages[n];
+
+	for (unsigned long i = 0; i < n; i++)
+		pages[i] = p + i * PAGE_SIZE;
+	return !syscall(SYS_move_pages, 0, n, pages, NULL, nodes, 0);
+}
+
+/* The pages of @n at @p whose move_pages() status is @status */
+static unsigned long count_status(int *status, unsigned long n, int want)
+{
+	unsigned long count = 0;
+
+	for (unsigned long i = 0; i < n; i++)
+		count += status[i] == want;
+	return count;
+}
+
+TEST_F_TIMEOUT(equiv, proc_and_migration_count_every_holder, EQUIV_TIMEOUT)
+{
+	const unsigned long pages = PROC_TABLES * PER_TABLE;
+	long shares = vmstat("cow_pte_share"), rss, pss, shared, mapmax;
+	static int status[PROC_TABLES * PER_TABLE];
+	static int nodes[PROC_TABLES * PER_TABLE];
+	static void *addrs[PROC_TABLES * PER_TABLE];
+	unsigned long excl, moved, mask;
+	bool feature = opt_in();
+	int fds[2], node;
+	pid_t pid;
+	char *p;
+
+	p = tagged_area(PROC_TABLES, 1);
+	ASSERT_NE(NULL, p);
+	ASSERT_EQ(0, pipe(fds));
+	pid = holder(p, pages, 1, fds);
+	ASSERT_LE(0, pid);
+	if (feature)
+		EXPECT_LE(PROC_TABLES, vmstat("cow_pte_share") - shares)
+			TH_LOG("the fork did not share the tables");
+
+	rss = smaps_kb(p, "Rss:");
+	pss = smaps_kb(p, "Pss:");
+	shared = smaps_kb(p, "Shared_Clean:") + smaps_kb(p, "Shared_Dirty:");
+	excl = count_pagemap(p, pages, PM_PRESENT | PM_MMAP_EXCLUSIVE);
+	mapmax = numa_mapmax(p);
+	TH_LOG("smaps Rss %ld kB Pss %ld kB Shared %ld kB; %lu of %lu pages exclusive in pagemap; numa_maps mapmax=%ld",
+	       rss, pss, shared, excl, pages, mapmax);
+	EXPECT_EQ((long)(pages * PAGE_SIZE >> 10), rss);
+	EXPECT_GE(1, labs(pss - rss / 2));
+	EXPECT_EQ(rss, shared);
+	EXPECT_EQ(0, excl);
+	EXPECT_EQ(2, mapmax);
+
+	/* migration: each page would move the child's memory too */
+	ASSERT_TRUE(page_nodes(p, pages, nodes));
+	node = nodes[0];
+	if (node < 0 || access("/sys/devices/system/node/node1", F_OK)) {
+		close(fds[1]);
+		reap(pid);
+		SKIP(return, "one NUMA node");
+	}
+	for (unsigned long i = 0; i < pages; i++) {
+		addrs[i] = p + i * PAGE_SIZE;
+		nodes[i] = !node;
+	}
+	EXPECT_EQ(0, syscall(SYS_move_pages, 0, pages, addrs, nodes, status,
+			     MPOL_MF_MOVE));
+	EXPECT_EQ(pages, count_status(status, pages, -EACCES))
+		TH_LOG("move_pages(MPOL_MF_MOVE): %lu of %lu pages refused, %lu moved",
+		       count_status(status, pages, -EACCES), pages,
+		       count_status(status, pages, !node));
+	mask = 1UL << !node;
+	EXPECT_EQ(0, syscall(SYS_mbind, p, pages * PAGE_SIZE, MPOL_BIND, &mask,
+			     sizeof(mask) * 8, MPOL_MF_MOVE));
+	ASSERT_TRUE(page_nodes(p, pages, status));
+	moved = count_status(status, pages, !node);
+	EXPECT_EQ(0, moved) TH_LOG("mbind(MPOL_MF_MOVE) moved %lu of %lu pages",
+				   moved, pages);
+
+	close(fds[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child lost its copy");
+	munmap(p, PROC_TABLES * SZ_2M);
 }
 
 TEST_HARNESS_MAIN

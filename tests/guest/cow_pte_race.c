@@ -195,8 +195,11 @@ static void *do_migrate(void *arg)
 			addrs[i] = t + i * PAGE_SIZE;
 			nodes[i] = n % 2;
 		}
-		/* a page busy (a GUP, a break's copy) stays: no failure */
-		move_pages(0, PER_TABLE, addrs, nodes, status, MPOL_MF_MOVE);
+		/*
+		 * A page busy (a GUP, a break's copy) stays: no failure.  The
+		 * children map these pages too: MPOL_MF_MOVE would leave them.
+		 */
+		move_pages(0, PER_TABLE, addrs, nodes, status, MPOL_MF_MOVE_ALL);
 	}
 	return NULL;
 }
@@ -454,7 +457,6 @@ struct walk_race {
 	bool stop;	/* __atomic */
 	bool memcg;	/* in CGROUP */
 	bool reclaim;	/* a thread reclaims CGROUP */
-	int move_flags;	/* MPOL_MF_MOVE, or _ALL for pages two tables map */
 	pthread_t mig, rec;
 };
 
@@ -469,7 +471,8 @@ static void *walk_migrate(void *arg)
 			addrs[i] = w->p + i * PAGE_SIZE;
 			nodes[i] = n % 2;
 		}
-		move_pages(0, PAGES, addrs, nodes, status, w->move_flags);
+		/* MPOL_MF_MOVE would leave the pages other mms map */
+		move_pages(0, PAGES, addrs, nodes, status, MPOL_MF_MOVE_ALL);
 	}
 	return NULL;
 }
@@ -575,7 +578,7 @@ static bool walk_child_failed(pid_t pid)
 
 TEST_F_TIMEOUT(race, walkers_meet_breaks, 300)
 {
-	struct walk_race w = { .move_flags = MPOL_MF_MOVE };
+	struct walk_race w = { };
 	unsigned long rounds = 0, failed = 0, before, breaks;
 	const char *skip = walk_skip();
 	time_t end;
@@ -613,8 +616,7 @@ TEST_F_TIMEOUT(race, walkers_meet_breaks, 300)
  * A last holder's drop against migration: each round the parent breaks all
  * 8 tables (a copy each) while its child still shares them, then the child
  * drops them all with MADV_DONTNEED, as their last holder, while a thread
- * of the parent migrates every page of the area between the nodes, pages
- * that the parent's copies map too (MPOL_MF_MOVE_ALL).  A migration has its
+ * of the parent migrates every page of the area between the nodes.  A migration has its
  * entries in the shared table and in the parent's copy from try_to_migrate()
  * until its restore walk takes each table's lock, and keeps the folio
  * locked until then.  The drop must let go of those entries while the
@@ -627,7 +629,7 @@ TEST_F_TIMEOUT(race, walkers_meet_breaks, 300)
  */
 TEST_F_TIMEOUT(race, last_drops_meet_migration, 300)
 {
-	struct walk_race w = { .move_flags = MPOL_MF_MOVE_ALL };
+	struct walk_race w = { };
 	unsigned long rounds = 0, failed = 0, before, drops;
 	const char *skip = walk_skip();
 	time_t end;
@@ -701,7 +703,7 @@ TEST_F_TIMEOUT(race, last_drops_meet_migration, 300)
 
 TEST_F_TIMEOUT(race, forks_meet_walkers, 300)
 {
-	struct walk_race w = { .move_flags = MPOL_MF_MOVE_ALL };
+	struct walk_race w = { };
 	unsigned long rounds = 0, failed = 0, collapsed = 0, before, shares;
 	const char *skip = walk_skip();
 	char *thp;

@@ -204,6 +204,7 @@ static inline long vmpte_kb(void)
 /* Bits of a /proc/pid/pagemap entry */
 #define PM_PRESENT	(1ULL << 63)
 #define PM_SWAP		(1ULL << 62)
+#define PM_MMAP_EXCLUSIVE (1ULL << 56)
 #define PM_UFFD_WP	(1ULL << 57)
 #define PM_SOFT_DIRTY	(1ULL << 55)
 #define PM_PFN		((1ULL << 55) - 1)
@@ -235,24 +236,35 @@ static inline unsigned long count_pagemap(char *p, unsigned long n,
 }
 
 /*
- * How many of the @n pages at @p map the same page as the first: KSM
- * merged them.  (Not /proc/kpageflags' KPF_KSM: 6.12.117 reports it for
- * every anonymous page, "mapping & PAGE_MAPPING_KSM" being true whenever
- * the PAGE_MAPPING_ANON bit is set.)
+ * How many of the @n pages at @p map a page that another of them maps too:
+ * KSM merged them.  Not "the same page as the first": KSM merges a range in
+ * no particular order, and a count of the first page's sharers read 1 in 20
+ * s under TCG while 200 others were merged.  (Not /proc/kpageflags' KPF_KSM:
+ * 6.12.117 reports it for every anonymous page, "mapping & PAGE_MAPPING_KSM"
+ * being true whenever the PAGE_MAPPING_ANON bit is set.)
  */
+static inline int pfn_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 static inline unsigned long count_merged(char *p, unsigned long n)
 {
 	int pm = open("/proc/self/pagemap", O_RDONLY);
-	uint64_t first = 0;
+	uint64_t *pfn = calloc(n, sizeof(*pfn));
 	unsigned long same = 0;
 
-	for (unsigned long i = 0; pm >= 0 && i < n; i++) {
-		uint64_t pfn = pagemap_entry(pm, p + i * PAGE_SIZE) & PM_PFN;
-
-		if (!i)
-			first = pfn;
-		same += pfn && pfn == first;
+	for (unsigned long i = 0; pm >= 0 && pfn && i < n; i++)
+		pfn[i] = pagemap_entry(pm, p + i * PAGE_SIZE) & PM_PFN;
+	if (pfn) {
+		qsort(pfn, n, sizeof(*pfn), pfn_cmp);
+		for (unsigned long i = 0; i < n; i++)
+			same += pfn[i] && ((i && pfn[i - 1] == pfn[i]) ||
+					   (i + 1 < n && pfn[i + 1] == pfn[i]));
 	}
+	free(pfn);
 	if (pm >= 0)
 		close(pm);
 	return same;
