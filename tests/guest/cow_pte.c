@@ -760,12 +760,29 @@ static int other_node(char *p)
  * other node with move_pages() and the child finds its pages (the same)
  * there; memory.reclaim of their memcg swaps the pages out and both find
  * swap entries, and each counts them in its VmSwap, as after a fork that
- * copied the tables.
+ * copied the tables.  Each one's peak RSS (VmHWM) covers what it had when
+ * its RSS fell: the tables and 8 MiB it locked after the fork (the rmap
+ * walk changes the table through one holder's VMA, and every holder's
+ * peak must be taken before its RSS falls).
  * Nobody writes, so nothing breaks until each reads its pages back: every
  * page checked on both sides, and a "Bad rss-counter" at exit would fail
  * the run.  (Before rmap walkers changed shared tables in place, the pages
  * stayed where they were, mapped.)
  */
+#define HWM_EXTRA	(8 * SZ_1M)
+
+/* @len bytes mapped and locked (so reclaim leaves them), or NULL */
+static char *locked_area(unsigned long len)
+{
+	char *p = map_aligned(len, SZ_2M, PROT_READ | PROT_WRITE);
+
+	if (p && mlock(p, len)) {
+		munmap(p, len);
+		return NULL;
+	}
+	return p;
+}
+
 TEST(migration_and_reclaim_change_shared_tables)
 {
 	const char *missing = enter_migration_and_reclaim();
@@ -785,6 +802,8 @@ TEST(migration_and_reclaim_change_shared_tables)
 	pid = fork();
 	ASSERT_LE(0, pid);
 	if (!pid) {
+		if (!locked_area(HWM_EXTRA))
+			_exit(6);
 		chan_get(ch.down[0]);
 		chan_send(ch.up[1], count_off_node(pages, PAGES, node) ? 1 : 0);
 		chan_get(ch.down[0]);
@@ -794,9 +813,13 @@ TEST(migration_and_reclaim_change_shared_tables)
 		if (labs(status_kb("VmSwap:") - (long)(swapped * PAGE_SIZE >> 10)) >
 		    RSS_SLACK_KB)
 			_exit(4);
+		if (status_kb("VmHWM:") < (long)((AREA + HWM_EXTRA) >> 10) -
+		    RSS_SLACK_KB)
+			_exit(5);
 		_exit(count_bad(pages, 0, PAGES, 1) ? 3 : 0);
 	}
 
+	ASSERT_NE(NULL, locked_area(HWM_EXTRA));
 	off = move_to_node(pages, PAGES, node);
 	EXPECT_EQ(0, off) TH_LOG("%lu of %lu pages not moved to node %d",
 				 off, PAGES, node);
@@ -812,8 +835,11 @@ TEST(migration_and_reclaim_change_shared_tables)
 	EXPECT_LE(PAGES / 2, swapped);
 	EXPECT_GE(RSS_SLACK_KB, labs(status_kb("VmSwap:") -
 				     (long)(swapped * PAGE_SIZE >> 10)));
+	EXPECT_LE((long)((AREA + HWM_EXTRA) >> 10) - RSS_SLACK_KB,
+		  status_kb("VmHWM:"));
 	chan_put(ch.down[1]);
-	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's step that failed: exit code");
+	EXPECT_EQ(0, reap(pid))
+		TH_LOG("the child's step that failed: exit code (4: VmSwap, 5: VmHWM)");
 	EXPECT_EQ(0, count_bad(pages, 0, PAGES, 1));
 	leave_memcg(CGROUP);
 	ASSERT_EQ(0, munmap(pages, AREA));

@@ -556,4 +556,40 @@ TEST_F_TIMEOUT(equiv, proc_and_migration_count_every_holder, EQUIV_TIMEOUT)
 	munmap(p, PROC_TABLES * SZ_2M);
 }
 
+/*
+ * 6. clear_refs over memory a child holds by fork: writing 1 to
+ * /proc/self/clear_refs clears the accessed bits of every page of the
+ * process (and the pages' referenced flags), and smaps' Referenced then
+ * reads 0 until the pages are touched again.  A shared table's accessed
+ * bits are all its holders': they are cleared in place, as aging does.
+ */
+TEST_F_TIMEOUT(equiv, clear_refs_clears_shared_tables, EQUIV_TIMEOUT)
+{
+	const unsigned long pages = PROC_TABLES * PER_TABLE;
+	long shares = vmstat("cow_pte_share"), before, after;
+	bool feature = opt_in();
+	int fds[2];
+	pid_t pid;
+	char *p;
+
+	p = tagged_area(PROC_TABLES, 1);
+	ASSERT_NE(NULL, p);
+	ASSERT_EQ(0, pipe(fds));
+	pid = holder(p, pages, 1, fds);
+	ASSERT_LE(0, pid);
+	if (feature)
+		EXPECT_LE(PROC_TABLES, vmstat("cow_pte_share") - shares)
+			TH_LOG("the fork did not share the tables");
+	before = smaps_kb(p, "Referenced:");
+	EXPECT_EQ(0, write_knob("/proc/self/clear_refs", "1\n"));
+	after = smaps_kb(p, "Referenced:");
+	TH_LOG("smaps Referenced %ld kB before clear_refs, %ld kB after", before,
+	       after);
+	EXPECT_EQ((long)(pages * PAGE_SIZE >> 10), before);
+	EXPECT_EQ(0, after);
+	close(fds[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child lost its copy");
+	munmap(p, PROC_TABLES * SZ_2M);
+}
+
 TEST_HARNESS_MAIN
