@@ -490,10 +490,28 @@ static unsigned long count_status(int *status, unsigned long n, int want)
 	return count;
 }
 
+/*
+ * @tables tables of tagged pages, held by a child (holder()) until the
+ * caller closes @fds[1]; *@shares: the tables its fork shared.  NULL: no
+ * area, pipe or child.
+ */
+static char *held_area(unsigned long tables, int fds[2], pid_t *pid,
+		       long *shares)
+{
+	long before = vmstat("cow_pte_share");
+	char *p = tagged_area(tables, 1);
+
+	if (!p || pipe(fds))
+		return NULL;
+	*pid = holder(p, tables * PER_TABLE, 1, fds);
+	*shares = vmstat("cow_pte_share") - before;
+	return *pid < 0 ? NULL : p;
+}
+
 TEST_F_TIMEOUT(equiv, proc_and_migration_count_every_holder, EQUIV_TIMEOUT)
 {
 	const unsigned long pages = PROC_TABLES * PER_TABLE;
-	long shares = vmstat("cow_pte_share"), rss, pss, shared, mapmax;
+	long shares, rss, pss, shared, mapmax;
 	static int status[PROC_TABLES * PER_TABLE];
 	static int nodes[PROC_TABLES * PER_TABLE];
 	static void *addrs[PROC_TABLES * PER_TABLE];
@@ -503,13 +521,10 @@ TEST_F_TIMEOUT(equiv, proc_and_migration_count_every_holder, EQUIV_TIMEOUT)
 	pid_t pid;
 	char *p;
 
-	p = tagged_area(PROC_TABLES, 1);
+	p = held_area(PROC_TABLES, fds, &pid, &shares);
 	ASSERT_NE(NULL, p);
-	ASSERT_EQ(0, pipe(fds));
-	pid = holder(p, pages, 1, fds);
-	ASSERT_LE(0, pid);
 	if (feature)
-		EXPECT_LE(PROC_TABLES, vmstat("cow_pte_share") - shares)
+		EXPECT_LE(PROC_TABLES, shares)
 			TH_LOG("the fork did not share the tables");
 
 	rss = smaps_kb(p, "Rss:");
@@ -566,19 +581,16 @@ TEST_F_TIMEOUT(equiv, proc_and_migration_count_every_holder, EQUIV_TIMEOUT)
 TEST_F_TIMEOUT(equiv, clear_refs_clears_shared_tables, EQUIV_TIMEOUT)
 {
 	const unsigned long pages = PROC_TABLES * PER_TABLE;
-	long shares = vmstat("cow_pte_share"), before, after;
+	long shares, before, after;
 	bool feature = opt_in();
 	int fds[2];
 	pid_t pid;
 	char *p;
 
-	p = tagged_area(PROC_TABLES, 1);
+	p = held_area(PROC_TABLES, fds, &pid, &shares);
 	ASSERT_NE(NULL, p);
-	ASSERT_EQ(0, pipe(fds));
-	pid = holder(p, pages, 1, fds);
-	ASSERT_LE(0, pid);
 	if (feature)
-		EXPECT_LE(PROC_TABLES, vmstat("cow_pte_share") - shares)
+		EXPECT_LE(PROC_TABLES, shares)
 			TH_LOG("the fork did not share the tables");
 	before = smaps_kb(p, "Referenced:");
 	EXPECT_EQ(0, write_knob("/proc/self/clear_refs", "1\n"));
