@@ -56,7 +56,7 @@ def cmd_status(args) -> int:
 
 def cmd_build(args) -> int:
     deps.ensure_apt()
-    for name in args.kernel:
+    for name in args.kernel or ["patched"]:
         src = kernel_src(name)
         vmlinux = build.build_kernel(src, tree.kernel_dir(name), args.profile)
         print(vmlinux)
@@ -285,6 +285,13 @@ PROFILE_HELP = ("kernel configuration: debug (lockdep, DEBUG_VM; the default), "
                 "perf (what benchmarks run), kasan (debug + KASAN)")
 
 
+def _kernel_name(name: str) -> str:
+    if name not in tree.KERNELS:
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {name!r} (choose from {', '.join(tree.KERNELS)})")
+    return name
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ptlab", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -350,7 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("build", help="configure and build kernels")
     s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES),
                    help=PROFILE_HELP)
-    s.add_argument("kernel", nargs="*", default=["patched"], choices=tree.KERNELS,
+    # not choices=: argparse checks an empty nargs="*" list against them as
+    # a whole, and refused `ptlab build` without a kernel
+    s.add_argument("kernel", nargs="*", type=_kernel_name,
+                   metavar="{" + ",".join(tree.KERNELS) + "}",
                    help="which kernels (default: patched)")
     s.set_defaults(fn=cmd_build)
     s = sub.add_parser("tree", help="create the kernel work tree or re-apply patches/")

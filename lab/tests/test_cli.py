@@ -73,3 +73,11 @@ def test_sysctls_reach_the_kernel_and_the_guest():
         "sysctl.vm.b=2", "sysctl.kernel.c=0", "ptlab.sysctls=vm.b=2,kernel.c=0",
         "ptlab.features=vm.a"]
     assert guest.kernel_params([], []) == []
+
+
+def test_build_without_a_kernel_builds_the_patched_one():
+    p = cli.build_parser()
+    assert p.parse_args(["build"]).kernel == []
+    assert p.parse_args(["build", "vanilla", "patched"]).kernel == ["vanilla", "patched"]
+    with pytest.raises(SystemExit):
+        p.parse_args(["build", "vanila"])
