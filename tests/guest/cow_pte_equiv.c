@@ -604,4 +604,127 @@ TEST_F_TIMEOUT(equiv, clear_refs_clears_shared_tables, EQUIV_TIMEOUT)
 	munmap(p, PROC_TABLES * SZ_2M);
 }
 
+/*
+ * 7. What reads the RSS of a child that nothing asked before: a fork that
+ * shares a table leaves it out of the child's RSS counters, and counts it
+ * when they are first read (the lazy count, which keeps fork O(tables)).
+ * Each child here holds the area by fork and makes one first read: on
+ * vanilla every one finds the area, as the fork counted every page.
+ *  - exit, exec: the peak RSS that wait4() reports (ru_maxrss), taken
+ *    as the mm goes;
+ *  - munmap of the area, then VmHWM: the tables went uncounted;
+ *  - /proc/self/statm and /proc/self/stat: their resident pages;
+ *  - the parent reads /proc/<child>/oom_score: the child's score is the
+ *    parent's (both map the area; the parent's own 2 MiB aside).
+ */
+#define PEAK_TABLES	64
+
+enum first_read { AT_EXIT, AT_EXEC, AFTER_MUNMAP, STATM_STAT };
+
+/* Resident pages in /proc/self/statm (2nd field) or stat (24th), -1 */
+static long resident_pages(const char *file)
+{
+	char buf[1024], *s;
+	long val = -1;
+	size_t n;
+	FILE *f;
+
+	f = fopen(file, "r");
+	if (!f)
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	if (!strcmp(file, "/proc/self/statm")) {
+		sscanf(buf, "%*s %ld", &val);
+		return val;
+	}
+	/* after the command's ")": fields 3 (state) to 23, then rss */
+	s = strrchr(buf, ')');
+	for (int field = 3; s && field <= 24; field++)
+		s = strchr(s + 1, ' ');
+	if (s)
+		sscanf(s, "%ld", &val);
+	return val;
+}
+
+/* Fork a child that makes @how its first read; its ru_maxrss (kB), -1 */
+static long first_read_child(char *p, unsigned long len, enum first_read how)
+{
+	long min_kb = (len >> 10) - RSS_SLACK_KB;
+	long min_pages = min_kb / (PAGE_SIZE >> 10);
+	struct rusage ru;
+	int status;
+	pid_t pid;
+
+	pid = fork();
+	if (!pid) {
+		switch (how) {
+		case AT_EXIT:
+			_exit(0);
+		case AT_EXEC:
+			execl("/bin/true", "true", NULL);
+			_exit(2);
+		case AFTER_MUNMAP:
+			if (munmap(p, len))
+				_exit(2);
+			_exit(status_kb("VmHWM:") < min_kb ? 3 : 0);
+		case STATM_STAT:
+			if (resident_pages("/proc/self/statm") < min_pages)
+				_exit(4);
+			_exit(resident_pages("/proc/self/stat") < min_pages ? 5 : 0);
+		}
+	}
+	if (pid < 0 || wait4(pid, &status, 0, &ru) != pid ||
+	    !WIFEXITED(status))
+		return -1;
+	if (WEXITSTATUS(status))
+		return -WEXITSTATUS(status);
+	return ru.ru_maxrss;
+}
+
+static long oom_score(pid_t pid)
+{
+	char path[64], val[32];
+
+	snprintf(path, sizeof(path), "/proc/%d/oom_score", pid);
+	return read_knob(path, val, sizeof(val)) ? -1 : atol(val);
+}
+
+TEST_F_TIMEOUT(equiv, first_reads_of_a_child_rss, EQUIV_TIMEOUT)
+{
+	static const char * const names[] = {
+		"exit", "exec", "munmap, VmHWM", "statm, stat",
+	};
+	const unsigned long len = PEAK_TABLES * SZ_2M;
+	long shares, maxrss, child, parent;
+	bool feature = opt_in();
+	int fds[2];
+	pid_t pid;
+	char *p;
+
+	p = held_area(PEAK_TABLES, fds, &pid, &shares);
+	ASSERT_NE(NULL, p);
+	if (feature)
+		EXPECT_LE(PEAK_TABLES, shares)
+			TH_LOG("the fork did not share the tables");
+	child = oom_score(pid);
+	parent = oom_score(getpid());
+	TH_LOG("oom_score: child %ld, parent %ld", child, parent);
+	EXPECT_LT(0, child);
+	EXPECT_GE(1, labs(child - parent));
+	close(fds[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child lost its copy");
+
+	for (int how = AT_EXIT; how <= STATM_STAT; how++) {
+		maxrss = first_read_child(p, len, how);
+		TH_LOG("first read at %s: ru_maxrss %ld kB (the area %lu kB)",
+		       names[how], maxrss, len >> 10);
+		EXPECT_LE((long)(len >> 10) - RSS_SLACK_KB, maxrss)
+			TH_LOG("at %s: a negative number is the child's failed step (3: VmHWM, 4: statm, 5: stat)",
+			       names[how]);
+	}
+	munmap(p, len);
+}
+
 TEST_HARNESS_MAIN
