@@ -727,4 +727,67 @@ TEST_F_TIMEOUT(equiv, first_reads_of_a_child_rss, EQUIV_TIMEOUT)
 	munmap(p, len);
 }
 
+/*
+ * 8. A memcg OOM while a child holds shared tables nothing has counted yet:
+ * the OOM killer's badness counts them (if it gets the child's mmap_lock at
+ * once), under the task's lock, then picks its victim.  On vanilla the
+ * victim is the process that ran the memcg out of memory: it maps the most.
+ * The holder and its parent keep their memory, and nothing splats (the run
+ * fails on a lockdep report).
+ */
+#define OOM_CGROUP	CGROUP_ROOT "/ptlab-equiv-oom"
+#define OOM_TABLES	16
+
+static int write_memcg(const char *file, const char *val)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/%s", OOM_CGROUP, file);
+	return write_knob(path, val);
+}
+
+TEST_F_TIMEOUT(equiv, memcg_oom_meets_uncounted_tables, EQUIV_TIMEOUT)
+{
+	const unsigned long hog_len = 256 * SZ_1M;
+	long shares;
+	int fds[2], status;
+	pid_t pid, hog;
+	bool feature;
+	char *p;
+
+	if (!enter_memcg(OOM_CGROUP))
+		SKIP(return, "no memory cgroup");
+	if (write_memcg("memory.max", "96M\n") ||
+	    write_memcg("memory.swap.max", "0\n")) {
+		leave_memcg(OOM_CGROUP);
+		SKIP(return, "no memory.max or memory.swap.max");
+	}
+	feature = opt_in();
+	p = held_area(OOM_TABLES, fds, &pid, &shares);
+	ASSERT_NE(NULL, p);
+	if (feature)
+		EXPECT_LE(OOM_TABLES, shares)
+			TH_LOG("the fork did not share the tables");
+	hog = fork();
+	if (!hog) {
+		char *h = mmap(NULL, hog_len, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (h == MAP_FAILED)
+			_exit(2);
+		for (unsigned long off = 0; off < hog_len; off += PAGE_SIZE)
+			h[off] = 1;
+		_exit(3);	/* not killed: the limit did not hold */
+	}
+	ASSERT_LE(0, hog);
+	ASSERT_EQ(hog, waitpid(hog, &status, 0));
+	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+		TH_LOG("the hog was not the OOM victim: status %#x", status);
+	close(fds[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the holder was killed or lost its copy");
+	EXPECT_EQ(0, count_bad(p, OOM_TABLES * PER_TABLE, 1));
+	munmap(p, OOM_TABLES * SZ_2M);
+	leave_memcg(OOM_CGROUP);
+}
+
 TEST_HARNESS_MAIN
