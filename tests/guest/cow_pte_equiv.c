@@ -492,40 +492,41 @@ static unsigned long count_status(int *status, unsigned long n, int want)
 
 /*
  * @tables tables of tagged pages, held by a child (holder()) until the
- * caller closes @fds[1]; *@shares: the tables its fork shared.  NULL: no
- * area, pipe or child.
+ * caller closes @fds[1].  On a kernel with the feature the process opts in
+ * first, and the fork must share every table.  NULL: no area, pipe or
+ * child.
  */
-static char *held_area(unsigned long tables, int fds[2], pid_t *pid,
-		       long *shares)
+static char *__held_area(struct __test_metadata *_metadata,
+			 unsigned long tables, int fds[2], pid_t *pid)
 {
+	bool feature = opt_in();
 	long before = vmstat("cow_pte_share");
 	char *p = tagged_area(tables, 1);
 
 	if (!p || pipe(fds))
 		return NULL;
 	*pid = holder(p, tables * PER_TABLE, 1, fds);
-	*shares = vmstat("cow_pte_share") - before;
+	if (feature)
+		EXPECT_LE(tables, vmstat("cow_pte_share") - before)
+			TH_LOG("the fork did not share the tables");
 	return *pid < 0 ? NULL : p;
 }
+#define held_area(tables, fds, pid)	__held_area(_metadata, tables, fds, pid)
 
 TEST_F_TIMEOUT(equiv, proc_and_migration_count_every_holder, EQUIV_TIMEOUT)
 {
 	const unsigned long pages = PROC_TABLES * PER_TABLE;
-	long shares, rss, pss, shared, mapmax;
+	long rss, pss, shared, mapmax;
 	static int status[PROC_TABLES * PER_TABLE];
 	static int nodes[PROC_TABLES * PER_TABLE];
 	static void *addrs[PROC_TABLES * PER_TABLE];
 	unsigned long excl, moved, mask;
-	bool feature = opt_in();
 	int fds[2], node;
 	pid_t pid;
 	char *p;
 
-	p = held_area(PROC_TABLES, fds, &pid, &shares);
+	p = held_area(PROC_TABLES, fds, &pid);
 	ASSERT_NE(NULL, p);
-	if (feature)
-		EXPECT_LE(PROC_TABLES, shares)
-			TH_LOG("the fork did not share the tables");
 
 	rss = smaps_kb(p, "Rss:");
 	pss = smaps_kb(p, "Pss:");
@@ -581,17 +582,13 @@ TEST_F_TIMEOUT(equiv, proc_and_migration_count_every_holder, EQUIV_TIMEOUT)
 TEST_F_TIMEOUT(equiv, clear_refs_clears_shared_tables, EQUIV_TIMEOUT)
 {
 	const unsigned long pages = PROC_TABLES * PER_TABLE;
-	long shares, before, after;
-	bool feature = opt_in();
+	long before, after;
 	int fds[2];
 	pid_t pid;
 	char *p;
 
-	p = held_area(PROC_TABLES, fds, &pid, &shares);
+	p = held_area(PROC_TABLES, fds, &pid);
 	ASSERT_NE(NULL, p);
-	if (feature)
-		EXPECT_LE(PROC_TABLES, shares)
-			TH_LOG("the fork did not share the tables");
 	before = smaps_kb(p, "Referenced:");
 	EXPECT_EQ(0, write_knob("/proc/self/clear_refs", "1\n"));
 	after = smaps_kb(p, "Referenced:");
@@ -697,17 +694,13 @@ TEST_F_TIMEOUT(equiv, first_reads_of_a_child_rss, EQUIV_TIMEOUT)
 		"exit", "exec", "munmap, VmHWM", "statm, stat",
 	};
 	const unsigned long len = PEAK_TABLES * SZ_2M;
-	long shares, maxrss, child, parent;
-	bool feature = opt_in();
+	long maxrss, child, parent;
 	int fds[2];
 	pid_t pid;
 	char *p;
 
-	p = held_area(PEAK_TABLES, fds, &pid, &shares);
+	p = held_area(PEAK_TABLES, fds, &pid);
 	ASSERT_NE(NULL, p);
-	if (feature)
-		EXPECT_LE(PEAK_TABLES, shares)
-			TH_LOG("the fork did not share the tables");
 	child = oom_score(pid);
 	parent = oom_score(getpid());
 	TH_LOG("oom_score: child %ld, parent %ld", child, parent);
@@ -749,10 +742,8 @@ static int write_memcg(const char *file, const char *val)
 TEST_F_TIMEOUT(equiv, memcg_oom_meets_uncounted_tables, EQUIV_TIMEOUT)
 {
 	const unsigned long hog_len = 256 * SZ_1M;
-	long shares;
 	int fds[2], status;
 	pid_t pid, hog;
-	bool feature;
 	char *p;
 
 	if (!enter_memcg(OOM_CGROUP))
@@ -762,12 +753,8 @@ TEST_F_TIMEOUT(equiv, memcg_oom_meets_uncounted_tables, EQUIV_TIMEOUT)
 		leave_memcg(OOM_CGROUP);
 		SKIP(return, "no memory.max or memory.swap.max");
 	}
-	feature = opt_in();
-	p = held_area(OOM_TABLES, fds, &pid, &shares);
+	p = held_area(OOM_TABLES, fds, &pid);
 	ASSERT_NE(NULL, p);
-	if (feature)
-		EXPECT_LE(OOM_TABLES, shares)
-			TH_LOG("the fork did not share the tables");
 	hog = fork();
 	if (!hog) {
 		char *h = mmap(NULL, hog_len, PROT_READ | PROT_WRITE,
