@@ -75,7 +75,7 @@ def test_sysctls_reach_the_kernel_and_the_guest():
     assert guest.kernel_params([], []) == []
 
 
-def test_build_without_a_kernel_builds_the_patched_one():
+def test_build_parses_without_a_kernel_and_refuses_a_typo():
     p = cli.build_parser()
     assert p.parse_args(["build"]).kernel == []
     assert p.parse_args(["build", "vanilla", "patched"]).kernel == ["vanilla", "patched"]
