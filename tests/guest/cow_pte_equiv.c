@@ -192,7 +192,14 @@ TEST_F_TIMEOUT(equiv, map_fixed_over_a_split_shared_table, EQUIV_TIMEOUT)
 		pt_after = pagetables_kb();
 	}
 	TH_LOG("PageTables %ld kB before, %ld kB after", pt_before, pt_after);
-	EXPECT_LE(pt_after, pt_before + 8) TH_LOG("page tables left behind");
+	/*
+	 * Under the soak, other processes' tables come and go meanwhile (4648
+	 * kB before, 12168 after in one soak): there a leaked table shows as the
+	 * splats the soak fails on (the WARNINGs at cow_pte_zap() and
+	 * free_pgd_range(), "Bad rss-counter" at exit).
+	 */
+	if (!in_soak())
+		EXPECT_LE(pt_after, pt_before + 8) TH_LOG("page tables left behind");
 	if (feature)
 		EXPECT_LE(FIXED_TABLES, vmstat("cow_pte_share") - shares)
 			TH_LOG("the fork shared nothing");
@@ -541,13 +548,21 @@ TEST_F_TIMEOUT(equiv, proc_and_migration_count_every_holder, EQUIV_TIMEOUT)
 	EXPECT_EQ(0, excl);
 	EXPECT_EQ(2, mapmax);
 
-	/* migration: each page would move the child's memory too */
+	/*
+	 * Migration: each page would move the child's memory too.  Under the
+	 * soak, NUMA balancing moves pages meanwhile, and move_pages() reports
+	 * a page already on the target node as there, not refused (1124 of
+	 * 2048 in one soak): placement is not this test's to check there.
+	 */
 	ASSERT_TRUE(page_nodes(p, pages, nodes));
 	node = nodes[0];
-	if (node < 0 || access("/sys/devices/system/node/node1", F_OK)) {
+	if (node < 0 || access("/sys/devices/system/node/node1", F_OK) ||
+	    in_soak()) {
 		close(fds[1]);
-		reap(pid);
-		SKIP(return, "one NUMA node");
+		EXPECT_EQ(0, reap(pid)) TH_LOG("the child lost its copy");
+		munmap(p, PROC_TABLES * SZ_2M);
+		SKIP(return, "%s", in_soak() ? "NUMA balancing (the soak's) moves pages"
+					     : "one NUMA node");
 	}
 	for (unsigned long i = 0; i < pages; i++) {
 		addrs[i] = p + i * PAGE_SIZE;
@@ -775,6 +790,67 @@ TEST_F_TIMEOUT(equiv, memcg_oom_meets_uncounted_tables, EQUIV_TIMEOUT)
 	EXPECT_EQ(0, count_bad(p, OOM_TABLES * PER_TABLE, 1));
 	munmap(p, OOM_TABLES * SZ_2M);
 	leave_memcg(OOM_CGROUP);
+}
+
+/*
+ * 9. The faults a program counts (getrusage()'s ru_minflt, /proc's minflt,
+ * perf's page-faults): one per access that faults, as on vanilla, where
+ * the child's tables are copies.  A read of a hole and a write of a page
+ * that fork left to both: one fault each.  Under a shared table the first
+ * such access of a holder also breaks the share; that must not make it a
+ * second fault (the break used to return, and the access fault again).
+ */
+#define FAULT_TABLES	16
+
+static long minflt(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_THREAD, &ru);
+	return ru.ru_minflt;
+}
+
+TEST_F_TIMEOUT(equiv, faults_count_once_under_shared_tables, EQUIV_TIMEOUT)
+{
+	const unsigned long len = 2 * FAULT_TABLES * SZ_2M;
+	const unsigned long hole = PER_TABLE - 1;
+	long before = vmstat("cow_pte_share");
+	bool feature = opt_in();
+	long faults;
+	int fds[2];
+	pid_t pid;
+	char *p;
+
+	p = tagged_area(2 * FAULT_TABLES, 1);
+	ASSERT_NE(NULL, p);
+	/* the first FAULT_TABLES tables get a hole: their last page */
+	for (int t = 0; t < FAULT_TABLES; t++)
+		ASSERT_EQ(0, madvise(p + t * SZ_2M + hole * PAGE_SIZE,
+				     PAGE_SIZE, MADV_DONTNEED));
+	ASSERT_EQ(0, pipe(fds));
+	pid = holder(p, 0, 1, fds);
+	ASSERT_LE(0, pid);
+	if (feature)
+		EXPECT_LE(2 * FAULT_TABLES, vmstat("cow_pte_share") - before)
+			TH_LOG("the fork did not share the tables");
+
+	faults = minflt();
+	for (int t = 0; t < FAULT_TABLES; t++)
+		load_word(first_word(p + t * SZ_2M + hole * PAGE_SIZE));
+	for (int t = FAULT_TABLES; t < 2 * FAULT_TABLES; t++)
+		write_tag(p + t * SZ_2M, tag(2, t));
+	faults = minflt() - faults;
+	TH_LOG("%ld faults for %d reads of holes and %d writes, each in a table of its own",
+	       faults, FAULT_TABLES, FAULT_TABLES);
+	/*
+	 * Exactly one per access; the test's code and stack are touched
+	 * already, so nothing else faults between the two reads.
+	 */
+	EXPECT_EQ(2 * FAULT_TABLES, faults);
+
+	close(fds[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child lost its copy");
+	munmap(p, len);
 }
 
 TEST_HARNESS_MAIN

@@ -416,7 +416,7 @@ TEST_F_TIMEOUT(race, breaks_drops_exits_against_everything, 300)
 	 * beside it on 4 vCPUs of TCG) one is enough: the soak judges by the
 	 * counters over the whole soak, not by this run's pace.
 	 */
-	EXPECT_LT(getenv("PTLAB_SOAK") ? 0 : 10, r.forks);
+	EXPECT_LT(in_soak() ? 0 : 10, r.forks);
 	for (int k = 0; k < NR_COUNTERS; k++) {
 		after[k] = vmstat(counter_names[k]);
 		TH_LOG("%s +%ld", counter_names[k], after[k] - before[k]);

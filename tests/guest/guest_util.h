@@ -154,6 +154,16 @@ static inline long status_kb(const char *field)
 #define RSS_SLACK_KB	1024
 
 /*
+ * Under `ptlab soak` (lab/guest/soak sets PTLAB_SOAK), with stress-ng and the
+ * other race tests beside this one: what is system-wide (PageTables, vmstat
+ * counts) moves with every process, and the pace is the soak's.
+ */
+static inline bool in_soak(void)
+{
+	return getenv("PTLAB_SOAK");
+}
+
+/*
  * PageTables of /proc/meminfo, kB, exact: the per-CPU deltas of the
  * counter are folded first (up to 4 CPUs x their threshold of pages
  * otherwise, which made a freed table look leaked or a leak look freed).

@@ -90,7 +90,7 @@ static void __attribute__((destructor)) restore_knobs(void)
  */
 static bool numa_balancing_is_the_soaks(void)
 {
-	return getenv("PTLAB_SOAK");
+	return in_soak();
 }
 
 /*
