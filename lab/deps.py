@@ -16,7 +16,7 @@ APT_BUILD = ["build-essential", "flex", "bison", "bc", "libelf-dev", "libssl-dev
              "dwarves", "cpio", "ccache", "xz-utils", "rsync", "kmod", "git"]
 APT_SELFTESTS = ["libnuma-dev", "libcap-dev", "liburing-dev"]
 APT_GUEST = ["qemu-system-x86", "busybox-static", "bash-static", "stress-ng", "numactl",
-             "redis-server"]
+             "redis-server", "trinity"]
 APT_PYTHON = ["python3-pytest", "python3-matplotlib"]
 APT_ALL = APT_BUILD + APT_SELFTESTS + APT_GUEST + APT_PYTHON
 SYSTEM_PYTHON = Path("/usr/bin/python3")

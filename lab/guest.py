@@ -1,10 +1,11 @@
 """Boot a kernel under QEMU with an initramfs of static test programs.
 
 The initramfs holds busybox, bash, our init (lab/guest/init), the plan
-(one test a line), the test binaries and the host's stress-ng, numactl and
-redis-server with their shared libraries. The console (ttyS0) goes to console.log and is
-scanned for splats; the results channel (ttyS1) carries each test's output
-between PTLAB-BEGIN/END markers and the final PTLAB-DONE.
+(one test a line), the test binaries and the host's stress-ng, numactl,
+redis-server and trinity with their shared libraries. The console (ttyS0)
+goes to console.log and is scanned for splats; the results channel (ttyS1)
+carries each test's output between PTLAB-BEGIN/END markers and the final
+PTLAB-DONE.
 
 Why not virtme-ng: it boots the host's root over 9p (~9 s per boot under
 TCG against ~1.5 s here, measured in lab-notes.md), needs extra kernel
@@ -28,7 +29,7 @@ from .qemu_config import DEFAULT, Machine
 
 INIT = Path(__file__).resolve().parent / "guest" / "init"
 HELPERS = [Path(__file__).resolve().parent / "guest" / n for n in ("with-hugepages", "soak")]
-HOST_TOOLS = ("stress-ng", "numactl", "migratepages", "setpriv", "redis-server")
+HOST_TOOLS = ("stress-ng", "numactl", "migratepages", "setpriv", "redis-server", "trinity")
 
 
 @dataclass

@@ -110,6 +110,36 @@ SIZES = ("--vm-bytes", "256M", "--vm-method", "write64", "--mmap-bytes", "4M",
          "--mremap-bytes", "32M", "--forkheavy-procs", "16")
 
 
+# Trinity (Debian 12's 1.9+git20230109) fuzzes the mm system calls beside
+# the rest, as nobody, in a memcg of its own (TRINITY_MEMCG_MAX: its
+# children map at random and would otherwise push the soak's memcg and our
+# tests into the OOM killer).  Its children are forked by trinity's main
+# process and inherit its mappings, then each one calls these at random, on
+# shared tables too (vm.cow_pte=2).  Trinity refuses fork, vfork, clone,
+# clone3 and brk even when named (AVOID_SYSCALL in its tables): forks come
+# from its respawns of children, and from stress-ng and our tests.
+# Sockets off: their setup alone took trinity's first seconds (~100 address
+# families, most refused in our guest).  Perf events off: opening one flips
+# perf's static keys, and QEMU TCG now and then runs a stale copy of the
+# kernel text patched for it ("Oops: int3" in do_user_addr_fault(), seen in
+# a soak), as with kernel.numa_balancing (lab/guest/soak).
+TRINITY_SYSCALLS = ("mmap", "munmap", "mremap", "mprotect", "pkey_mprotect", "madvise",
+                    "process_madvise", "process_mrelease", "mlock", "mlock2", "munlock",
+                    "mlockall", "munlockall", "msync", "mincore", "remap_file_pages",
+                    "mbind", "set_mempolicy", "migrate_pages", "move_pages", "userfaultfd",
+                    "process_vm_readv", "process_vm_writev", "vmsplice", "memfd_create")
+TRINITY_CHILDREN = 2
+TRINITY_MEMCG_MAX = "256M"
+
+
+def trinity_args() -> list[str]:
+    """Trinity's command line (lab/guest/soak runs it as nobody, restarted
+    until the soak's end, each run stopped by SIGINT so that it prints its
+    "Ran N syscalls" line)."""
+    return ["-q", "-l", "off", "-C", str(TRINITY_CHILDREN), "--disable-fds=sockets,perf",
+            *(a for s in TRINITY_SYSCALLS for a in ("-c", f"{s},64"))]
+
+
 def stress_args(minutes: int, profile: str = "debug") -> list[str]:
     """stress-ng's command line in the memcg (lab/guest/soak runs it)."""
     return _group_args(stressors(profile), minutes * 60) + list(SIZES)
@@ -127,6 +157,8 @@ _FAIL = re.compile(r"stress-ng: fail: +\[\d+\] (.*)")
 # and, from stress-ng 0.16 on, the summary "... failed: 2: vm (1) mmap (1)"
 _FAILED = re.compile(r"stress-ng: \w+: +\[\d+\] failed: (\d+)(?:: (.*))?")
 _RACE = re.compile(r"SOAK-RACE (\S+) runs=(\d+) failed=(\d+)")
+_TRINITY = re.compile(r"SOAK-TRINITY runs=(\d+) syscalls=(\d+) unfinished=(\d+)"
+                      r" oom_kills=(\d+)")
 # the two stress-ng runs, as lab/guest/soak names their blocks
 GROUPS = ("memcg", "root")
 
@@ -145,6 +177,9 @@ class SoakResult:
     counters: dict[str, int] = field(default_factory=dict)  # our vmstat deltas over the soak
     asked: tuple[str, ...] = STRESSORS     # the memcg's stressors (stressors())
     memcg_high: int | None = None          # memory.events "high": times above it
+    # trinity's runs, system calls, runs without a summary, OOM kills in its memcg
+    trinity: tuple[int, int, int, int] | None = None
+    trinity_log: list[str] = field(default_factory=list)   # the last run without one
 
     def problems(self) -> list[str]:
         out = [f"switch {p} is missing from this kernel"
@@ -180,28 +215,36 @@ class SoakResult:
         out += [f"race test {n}: {f} of {r} runs failed"
                 for n, (r, f) in self.races.items() if f]
         out += [f"race test {n} never ran" for n, (r, f) in self.races.items() if not r]
+        if self.trinity is None:
+            out.append("trinity did not report (the guest stopped early?)")
+        elif not self.trinity[1]:
+            out.append("trinity made no system call (its last log is in the report)")
         return out
 
 
 def parse(lines: list[str], profile: str = "debug") -> SoakResult:
     res = SoakResult(asked=stressors(profile))
-    log_of = group = None
+    log = group = None
     for line in lines:
         if line.startswith("SOAK-RACE-LOG-BEGIN "):
-            log_of = line.split()[1]
-            res.race_logs[log_of] = []
+            log = res.race_logs.setdefault(line.split()[1], [])
             continue
-        if line.startswith("SOAK-RACE-LOG-END"):
-            log_of = None
+        if line.startswith("SOAK-TRINITY-LOG-BEGIN"):
+            log = res.trinity_log
             continue
-        if log_of:
-            res.race_logs[log_of].append(line)
+        if line.startswith(("SOAK-RACE-LOG-END", "SOAK-TRINITY-LOG-END")):
+            log = None
+            continue
+        if log is not None:
+            log.append(line)
             continue
         if line.startswith("SOAK-SWITCH "):
             _, path, value = line.split(maxsplit=2)
             res.switches[path] = value.strip()
         elif m := _RACE.match(line):
             res.races[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+        elif m := _TRINITY.match(line):
+            res.trinity = tuple(int(g) for g in m.groups())
         elif line.startswith("SOAK-STRESSNG-BEGIN "):
             group = line.split()[1]
         elif m := re.match(r"SOAK-STRESSNG-END (\w+) rc=(\d+)", line):
@@ -244,6 +287,11 @@ def report(res: SoakResult, out: guest.Outcome, minutes: int,
     lines.append(f"{'race test':20} {'runs':>6} {'failed':>7}")
     for name, (runs, failed) in sorted(res.races.items()):
         lines.append(f"{name:20} {runs:6} {failed:7}")
+    if res.trinity:
+        runs, calls, unfinished, oom_kills = res.trinity
+        lines.append(f"trinity (as nobody, {len(TRINITY_SYSCALLS)} mm system calls): {calls}"
+                     f" system calls in {runs} runs, {unfinished} of them ended without its"
+                     f" summary; {oom_kills} OOM kills in its memcg ({TRINITY_MEMCG_MAX})")
     if res.vmstat:
         lines.append("vmstat: " + res.vmstat)
     if res.counters:
@@ -252,6 +300,9 @@ def report(res: SoakResult, out: guest.Outcome, minutes: int,
     for name, log in res.race_logs.items():
         lines.append(f"--- last failed run of {name} (tail) ---")
         lines += log
+    if res.trinity_log:
+        lines.append("--- the last trinity run without a system call or its summary (tail) ---")
+        lines += res.trinity_log
     problems = res.problems()
     problems += [f"guest setup: {what}" for what in out.setup]
     if out.splats:

@@ -57,6 +57,30 @@ UPSTREAM = [
     _t("misc", "map_fixed_noreplace"),
     _t("misc", "mlock2-tests"),
     _t("misc", "uffd-stress", "anon", "20", "16", test="uffd-stress-anon", fmt="exit"),
+    # issue 27: suites that reach COW page tables' neighbours. process_mrelease
+    # (the OOM reaper's zap of a dying mm), KSM merging, THP churn,
+    # compaction, userfaultfd on shmem and hugetlb (run_vmtests.sh's
+    # arguments; hugetlb: half of the pages reserved for each of its two
+    # areas, as run_vmtests.sh does; transhuge-stress: 256 MiB, not all of
+    # RAM, whose first loop under TCG would outlast its 20 s)
+    _t("misc", "uffd-stress", "shmem", "20", "16", test="uffd-stress-shmem", fmt="exit"),
+    _t("misc", "uffd-stress", "shmem-private", "20", "16", test="uffd-stress-shmem-private",
+       fmt="exit"),
+    _t("misc", "uffd-stress", "hugetlb", "32", "32", test="uffd-stress-hugetlb", hugepages=32,
+       fmt="exit"),
+    _t("misc", "uffd-stress", "hugetlb-private", "32", "32", test="uffd-stress-hugetlb-private",
+       hugepages=32, fmt="exit"),
+    _t("mrelease", "mrelease_test"),
+    _t("compaction", "compaction_test", timeout=900),
+    _t("thp", "transhuge-stress", "-d", "20", "256", timeout=300),
+    _t("ksm", "ksm_tests", "-H", "-s", "100", test="ksm_tests-H", fmt="exit"),
+    _t("ksm", "ksm_tests", "-P", "-s", "100", test="ksm_tests-P", fmt="exit"),
+    _t("ksm", "ksm_tests", "-M", "-p", "10", test="ksm_tests-M", fmt="exit"),
+    _t("ksm", "ksm_tests", "-U", test="ksm_tests-U", fmt="exit"),
+    _t("ksm", "ksm_tests", "-Z", "-p", "10", "-z", "0", test="ksm_tests-Z0", fmt="exit"),
+    _t("ksm", "ksm_tests", "-Z", "-p", "10", "-z", "1", test="ksm_tests-Z1", fmt="exit"),
+    _t("ksm", "ksm_tests", "-N", "-m", "1", test="ksm_tests-N1", fmt="exit"),
+    _t("ksm", "ksm_tests", "-N", "-m", "0", test="ksm_tests-N0", fmt="exit"),
 ]
 
 # Our own guest tests: tests/guest/<name>.c, built by lab/build.py.

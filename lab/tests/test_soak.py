@@ -32,6 +32,7 @@ stress-ng: info:  [211] dispatching hogs: 1 mmapfork
 stress-ng: metrc: [211] mmapfork             41   1800.10     12.00    300.00         0.02           0.13
 stress-ng: info:  [211] successful run completed in 1800.10s
 SOAK-STRESSNG-END root rc=0
+SOAK-TRINITY runs=2 syscalls=81234 unfinished=1 oom_kills=3
 SOAK-MEMCG high 25 oom 0 oom_kill 0
 SOAK-COUNTERS cow_pte_share=5120 cow_pte_break=812 cow_pte_drop=4000 pt_reclaim_pte_freed=99
 SOAK-VMSTAT pswpout 1234 pt_reclaim_pte_freed 99
@@ -182,3 +183,40 @@ def test_the_soak_boots_with_every_switch_all_on():
     got = soak.sysctls(on, ["vm.cow_pte=1"])
     assert "vm.cow_pte=1" in got and "vm.cow_pte=2" not in got
     assert "kernel.numa_balancing=1" in got and len(got) == len(on) + 1
+
+
+def test_trinity_is_reported_and_must_call(tmp_path):
+    """Issue 27's fuzz: trinity runs in every soak, and a soak in which it
+    made no system call (its main process dying at once, as Debian 12's did
+    in our guest in a first try) fuzzed nothing."""
+    res = soak.parse(GOOD)
+    assert res.trinity == (2, 81234, 1, 3)
+    text, ok = soak.report(res, _outcome(tmp_path), 30)
+    assert ok and "81234 system calls in 2 runs" in text
+    lines = [l.replace("syscalls=81234", "syscalls=0") for l in GOOD]
+    at = lines.index("SOAK-TRINITY runs=2 syscalls=0 unfinished=1 oom_kills=3") + 1
+    lines[at:at] = ["SOAK-TRINITY-LOG-BEGIN", "[main] Segmentation fault", "SOAK-TRINITY-LOG-END"]
+    res = soak.parse(lines)
+    assert res.trinity_log == ["[main] Segmentation fault"]
+    text, ok = soak.report(res, _outcome(tmp_path), 30)
+    assert not ok and "FAIL: trinity made no system call" in text
+    assert "[main] Segmentation fault" in text
+    lines = [l for l in GOOD if not l.startswith("SOAK-TRINITY")]
+    text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
+    assert not ok and "FAIL: trinity did not report" in text
+
+
+@pytest.mark.skipif(not shutil.which("trinity"), reason="no trinity on this host")
+def test_trinity_calls_what_we_name(tmp_path):
+    """Trinity skips a system call it marks AVOID (fork, clone, brk) even when
+    named, and one it does not know: each of ours must be listed, enabled."""
+    out = subprocess.run(["trinity", "-L"], capture_output=True, text=True,
+                         cwd=tmp_path).stdout   # it leaves trinity-child*.log behind
+    listed = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[0] == "entrypoint" and parts[4] == "[64-bit]":
+            listed[parts[2]] = line
+    for name in soak.TRINITY_SYSCALLS:
+        assert name in listed, name
+        assert "Enabled" in listed[name] and "AVOID" not in listed[name], listed[name]
