@@ -73,14 +73,14 @@ UPSTREAM = [
     _t("mrelease", "mrelease_test"),
     _t("compaction", "compaction_test", timeout=900),
     _t("thp", "transhuge-stress", "-d", "20", "256", timeout=300),
-    _t("ksm", "ksm_tests", "-H", "-s", "100", test="ksm_tests-H", fmt="exit"),
-    _t("ksm", "ksm_tests", "-P", "-s", "100", test="ksm_tests-P", fmt="exit"),
-    _t("ksm", "ksm_tests", "-M", "-p", "10", test="ksm_tests-M", fmt="exit"),
-    _t("ksm", "ksm_tests", "-U", test="ksm_tests-U", fmt="exit"),
-    _t("ksm", "ksm_tests", "-Z", "-p", "10", "-z", "0", test="ksm_tests-Z0", fmt="exit"),
-    _t("ksm", "ksm_tests", "-Z", "-p", "10", "-z", "1", test="ksm_tests-Z1", fmt="exit"),
-    _t("ksm", "ksm_tests", "-N", "-m", "1", test="ksm_tests-N1", fmt="exit"),
-    _t("ksm", "ksm_tests", "-N", "-m", "0", test="ksm_tests-N0", fmt="exit"),
+    _t("ksm", "ksm_tests", "-H", "-s", "100", test="ksm_tests-H"),
+    _t("ksm", "ksm_tests", "-P", "-s", "100", test="ksm_tests-P"),
+    _t("ksm", "ksm_tests", "-M", "-p", "10", test="ksm_tests-M"),
+    _t("ksm", "ksm_tests", "-U", test="ksm_tests-U"),
+    _t("ksm", "ksm_tests", "-Z", "-p", "10", "-z", "0", test="ksm_tests-Z0"),
+    _t("ksm", "ksm_tests", "-Z", "-p", "10", "-z", "1", test="ksm_tests-Z1"),
+    _t("ksm", "ksm_tests", "-N", "-m", "1", test="ksm_tests-N1"),
+    _t("ksm", "ksm_tests", "-N", "-m", "0", test="ksm_tests-N0"),
 ]
 
 # Our own guest tests: tests/guest/<name>.c, built by lab/build.py.

@@ -853,4 +853,61 @@ TEST_F_TIMEOUT(equiv, faults_count_once_under_shared_tables, EQUIV_TIMEOUT)
 	munmap(p, len);
 }
 
+/*
+ * 10. process_mrelease() of a child killed while it holds shared tables:
+ * the OOM reaper's zap (no mmap_lock for write, the VMAs still in the tree)
+ * lets go of each table the child holds, while the parent keeps them.  On
+ * vanilla it frees the child's copies.  Either way the parent's data and
+ * RSS stay.  The call must come after the kill and before the child's
+ * exit_mm() (else ESRCH: nothing left to reap): the child runs on the
+ * parent's CPU at nice 19, so that the parent's call comes first; a round
+ * that still loses the race is tried again.
+ */
+#define MRELEASE_TABLES	16
+#define MRELEASE_ROUNDS	10
+
+TEST_F_TIMEOUT(equiv, mrelease_of_a_holder, EQUIV_TIMEOUT)
+{
+	const unsigned long pages = MRELEASE_TABLES * PER_TABLE;
+	long rss_before, rss_after, drops;
+	int fds[2], pidfd, ret, round;
+	bool feature = opt_in();
+	cpu_set_t cpu0;
+	pid_t pid;
+	char *p;
+
+	CPU_ZERO(&cpu0);
+	CPU_SET(0, &cpu0);
+	ASSERT_EQ(0, sched_setaffinity(0, sizeof(cpu0), &cpu0));
+	for (round = 1; round <= MRELEASE_ROUNDS; round++) {
+		p = held_area(MRELEASE_TABLES, fds, &pid);
+		ASSERT_NE(NULL, p);
+		ASSERT_EQ(0, setpriority(PRIO_PROCESS, pid, 19));
+		rss_before = status_kb("RssAnon:");
+		drops = vmstat("cow_pte_drop");
+		pidfd = syscall(SYS_pidfd_open, pid, 0);
+		ASSERT_LE(0, pidfd);
+		ASSERT_EQ(0, syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0));
+		ret = syscall(SYS_process_mrelease, pidfd, 0);
+		if (ret)
+			ASSERT_EQ(ESRCH, errno) TH_LOG("process_mrelease: %s", strerror(errno));
+		EXPECT_EQ(-1, reap(pid)) TH_LOG("the child was not killed");
+		close(pidfd);
+		close(fds[1]);
+
+		rss_after = status_kb("RssAnon:");
+		EXPECT_EQ(0, count_bad(p, pages, 1)) TH_LOG("the parent lost data");
+		EXPECT_GE(RSS_SLACK_KB, labs(rss_after - rss_before))
+			TH_LOG("RssAnon %ld kB before, %ld after", rss_before, rss_after);
+		if (feature)
+			EXPECT_LE(MRELEASE_TABLES, vmstat("cow_pte_drop") - drops)
+				TH_LOG("the child's tables were not dropped");
+		munmap(p, MRELEASE_TABLES * SZ_2M);
+		if (!ret)
+			break;
+	}
+	TH_LOG("process_mrelease reaped the child in round %d", round);
+	EXPECT_GE(MRELEASE_ROUNDS, round) TH_LOG("the child's exit came first in every round");
+}
+
 TEST_HARNESS_MAIN
