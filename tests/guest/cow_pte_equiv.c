@@ -802,11 +802,13 @@ TEST_F_TIMEOUT(equiv, memcg_oom_meets_uncounted_tables, EQUIV_TIMEOUT)
  */
 #define FAULT_TABLES	16
 
-static long minflt(void)
+/* This thread's faults so far, minor and major */
+static long minflt(long *majflt)
 {
 	struct rusage ru;
 
 	getrusage(RUSAGE_THREAD, &ru);
+	*majflt = ru.ru_majflt;
 	return ru.ru_minflt;
 }
 
@@ -814,9 +816,9 @@ TEST_F_TIMEOUT(equiv, faults_count_once_under_shared_tables, EQUIV_TIMEOUT)
 {
 	const unsigned long len = 2 * FAULT_TABLES * SZ_2M;
 	const unsigned long hole = PER_TABLE - 1;
-	long before = vmstat("cow_pte_share");
+	long before = vmstat("cow_pte_share"), breaks;
 	bool feature = opt_in();
-	long faults;
+	long faults, majflt, majflt_after;
 	int fds[2];
 	pid_t pid;
 	char *p;
@@ -834,19 +836,29 @@ TEST_F_TIMEOUT(equiv, faults_count_once_under_shared_tables, EQUIV_TIMEOUT)
 		EXPECT_LE(2 * FAULT_TABLES, vmstat("cow_pte_share") - before)
 			TH_LOG("the fork did not share the tables");
 
-	faults = minflt();
+	/* once first: its copy-out may fault on a stack page fork protected */
+	minflt(&majflt);
+	breaks = vmstat("cow_pte_break") + vmstat("cow_pte_reuse");
+	faults = minflt(&majflt);
 	for (int t = 0; t < FAULT_TABLES; t++)
 		load_word(first_word(p + t * SZ_2M + hole * PAGE_SIZE));
 	for (int t = FAULT_TABLES; t < 2 * FAULT_TABLES; t++)
 		write_tag(p + t * SZ_2M, tag(2, t));
-	faults = minflt() - faults;
+	faults = minflt(&majflt_after) - faults;
+	breaks = vmstat("cow_pte_break") + vmstat("cow_pte_reuse") - breaks;
 	TH_LOG("%ld faults for %d reads of holes and %d writes, each in a table of its own",
 	       faults, FAULT_TABLES, FAULT_TABLES);
+	if (feature)
+		EXPECT_LE(2 * FAULT_TABLES, breaks) TH_LOG("the accesses broke no share");
 	/*
-	 * Exactly one per access; the test's code and stack are touched
-	 * already, so nothing else faults between the two reads.
+	 * Exactly one per access: the code and stack are touched already.
+	 * Not under the soak, nor after a major fault: a page swapped out or
+	 * under migration (NUMA balancing) faults again, on vanilla too.
 	 */
-	EXPECT_EQ(2 * FAULT_TABLES, faults);
+	if (in_soak() || majflt_after != majflt)
+		TH_LOG("not counted: %s", in_soak() ? "the soak" : "a major fault");
+	else
+		EXPECT_EQ(2 * FAULT_TABLES, faults);
 
 	close(fds[1]);
 	EXPECT_EQ(0, reap(pid)) TH_LOG("the child lost its copy");
@@ -891,17 +903,25 @@ TEST_F_TIMEOUT(equiv, mrelease_of_a_holder, EQUIV_TIMEOUT)
 		ret = syscall(SYS_process_mrelease, pidfd, 0);
 		if (ret)
 			ASSERT_EQ(ESRCH, errno) TH_LOG("process_mrelease: %s", strerror(errno));
+		/*
+		 * The reaper's own drops: the child, at nice 19 on this CPU,
+		 * has not run its exit yet, nor has anybody else on the
+		 * plan's idle guest (a lower bound under the soak)
+		 */
+		if (feature && !ret)
+			EXPECT_LE(MRELEASE_TABLES, vmstat("cow_pte_drop") - drops)
+				TH_LOG("process_mrelease dropped no shared table");
 		EXPECT_EQ(-1, reap(pid)) TH_LOG("the child was not killed");
 		close(pidfd);
 		close(fds[1]);
 
 		rss_after = status_kb("RssAnon:");
 		EXPECT_EQ(0, count_bad(p, pages, 1)) TH_LOG("the parent lost data");
-		EXPECT_GE(RSS_SLACK_KB, labs(rss_after - rss_before))
-			TH_LOG("RssAnon %ld kB before, %ld after", rss_before, rss_after);
-		if (feature)
-			EXPECT_LE(MRELEASE_TABLES, vmstat("cow_pte_drop") - drops)
-				TH_LOG("the child's tables were not dropped");
+		/* under the soak's pressure the parent's pages may swap out */
+		if (!in_soak())
+			EXPECT_GE(RSS_SLACK_KB, labs(rss_after - rss_before))
+				TH_LOG("RssAnon %ld kB before, %ld after",
+				       rss_before, rss_after);
 		munmap(p, MRELEASE_TABLES * SZ_2M);
 		if (!ret)
 			break;
