@@ -96,6 +96,8 @@ OURS = [
     # the differential test: 200 seeded sequences with vm.cow_pte=0 and =2
     # (10 000 and more: `-n` by hand, docs/cow-pte.md)
     _t("ptlab", "cow_pte_diff", "-n", "200", timeout=1200, test="cow_pte_diff"),
+    # with move_pages() and mbind() between the two nodes too (-x)
+    _t("ptlab", "cow_pte_diff", "-x", "-n", "100", timeout=1200, test="cow_pte_diff-x"),
     # the same with both runs at 0 and at 2: the test's own determinism
     _t("ptlab", "cow_pte_diff", "-n", "100", "-a", "0", "-b", "0", timeout=900,
        test="cow_pte_diff-0-0"),

@@ -25,10 +25,18 @@
  *    per-CPU counters with up to a batch per CPU not folded in, exact here
  *    because both runs update them in the same order, on one CPU.
  *
+ * With -x the sequences also move pages between the two NUMA nodes
+ * (move_pages(MPOL_MF_MOVE), which vanilla refuses, -EACCES, for a page
+ * another process maps) and bind ranges to a node (mbind(MPOL_BIND,
+ * MPOL_MF_MOVE), which splits VMAs and skips such pages), and each line
+ * also says how many present pages sit on node 1.  NUMA balancing is off
+ * for the run: it moves pages on its own.  Without -x a seed is the same
+ * sequence it always was (seeds 1-3500 compared equal on the series).
+ *
  * Usage: cow_pte_diff [-n SEEDS] [-s FIRST_SEED] [-S STEPS] [-a MODE]
- *		       [-b MODE] [-v]
- * (-a/-b: the two values of vm.cow_pte, 0 and 2 by default; -v: print each
- * transcript.)
+ *		       [-b MODE] [-x] [-v]
+ * (-a/-b: the two values of vm.cow_pte, 0 and 2 by default; -x: the NUMA
+ * operations too; -v: print each transcript.)
  * KTAP: one case; exit 0 if every seed matched.
  */
 #include <errno.h>
@@ -40,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <numaif.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -73,6 +82,9 @@ static struct ctl *ctl;
 static int tok[MAXP][2];		/* a process waits on tok[slot][0] */
 static int slot;			/* this process's */
 static char *area, *scratch;
+static bool numa_ops;			/* -x */
+static void *pages_of[PAGES];		/* move_pages()' arguments */
+static int nodes_of[PAGES], status_of[PAGES];
 /* Each process its own copy: what it may do with each page of the area */
 enum { UNMAPPED, WRITABLE, READ_ONLY };
 static unsigned char prot[PAGES];
@@ -124,6 +136,29 @@ static void say(const char *fmt, ...)
 		ctl->len += n;
 }
 
+/* move_pages() of [first, first + n) to @node (-1: only ask where they are) */
+static long move(unsigned long first, unsigned long n, int node)
+{
+	for (unsigned long i = 0; i < n; i++) {
+		pages_of[i] = area + (first + i) * PAGE_SIZE;
+		nodes_of[i] = node;
+	}
+	return syscall(SYS_move_pages, 0, n, pages_of, node < 0 ? NULL : nodes_of,
+		       status_of, MPOL_MF_MOVE);
+}
+
+/* Present pages of the area on node 1 (move_pages() asks without faulting) */
+static unsigned long on_node1(void)
+{
+	unsigned long count = 0;
+
+	if (move(0, PAGES, -1))
+		return -1UL;
+	for (unsigned long i = 0; i < PAGES; i++)
+		count += prot[i] != UNMAPPED && status_of[i] == 1;
+	return count;
+}
+
 /*
  * What this process can observe of the area without changing it: pagemap's
  * present and swap bits, and a checksum (FNV-1a) of the first and last word
@@ -156,6 +191,8 @@ static void observe(void)
 	if (fd >= 0)
 		close(fd);
 	say(" sum=%016lx present=%lu swapped=%lu", h, present, swapped);
+	if (numa_ops)
+		say(" node1=%lu", on_node1());
 	say(" anon=%ld swap=%ld", status_kb("RssAnon:") - ctl->base[0],
 		    status_kb("VmSwap:") - ctl->base[1]);
 	say("\n");
@@ -182,13 +219,13 @@ static void range(unsigned long *first, unsigned long *n)
 enum op {
 	OP_WRITE, OP_READ, OP_FORK, OP_EXIT, OP_DONTNEED, OP_FREE, OP_COLD,
 	OP_PAGEOUT, OP_DONTFORK, OP_DOFORK, OP_NOHUGEPAGE, OP_PROTECT,
-	OP_UNPROTECT, OP_MREMAP, OP_MAP_FIXED, NR_OPS
+	OP_UNPROTECT, OP_MREMAP, OP_MAP_FIXED, OP_MOVE_PAGES, OP_MBIND, NR_OPS
 };
 
 static const char * const op_names[NR_OPS] = {
 	"write", "read", "fork", "exit", "dontneed", "free", "cold", "pageout",
 	"dontfork", "dofork", "nohugepage", "mprotect-ro", "mprotect-rw",
-	"mremap", "map-fixed",
+	"mremap", "map-fixed", "move-pages", "mbind",
 };
 
 static const int advice[NR_OPS] = {
@@ -217,12 +254,14 @@ static bool do_step(void)
 		OP_READ, OP_EXIT, OP_DONTNEED, OP_FREE, OP_COLD, OP_PAGEOUT,
 		OP_DONTFORK, OP_DOFORK, OP_NOHUGEPAGE, OP_PROTECT, OP_UNPROTECT,
 		OP_MREMAP, OP_MAP_FIXED,
+		/* -x only: from here */
+		OP_MOVE_PAGES, OP_MOVE_PAGES, OP_MBIND,
 	};
-	enum op op = weighted[rnd(ARRAY_SIZE(weighted))];
-	unsigned long first, n;
+	enum op op = weighted[rnd(ARRAY_SIZE(weighted) - (numa_ops ? 0 : 3))];
+	unsigned long first, n, mask, refused = 0, moved = 0;
 	char *p;
 	long ret;
-	int s;
+	int s, node;
 
 	range(&first, &n);
 	p = area + first * PAGE_SIZE;
@@ -289,6 +328,23 @@ static bool do_step(void)
 				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 		result(ret == -1 ? -1 : 0);
 		sync_prot();
+		break;
+	case OP_MOVE_PAGES:
+		node = rnd(2);
+		ret = move(first, n, node);
+		result(ret);
+		for (unsigned long i = 0; i < n; i++) {
+			refused += status_of[i] == -EACCES;
+			moved += status_of[i] == node;
+		}
+		say(" to=%d on=%lu eacces=%lu", node, moved, refused);
+		break;
+	case OP_MBIND:
+		node = rnd(2);
+		mask = 1UL << node;
+		result(mbind(p, n * PAGE_SIZE, MPOL_BIND, &mask, sizeof(mask) * 8,
+			     MPOL_MF_MOVE));
+		say(" to=%d", node);
 		break;
 	default:
 		result(madvise(p, n * PAGE_SIZE, advice[op]));
@@ -442,12 +498,14 @@ int main(int argc, char **argv)
 {
 	unsigned long first = 1, seeds = 200, failed = 0, errors = 0;
 	int steps = 40, opt;
-	struct knob knob = { COW_PTE_SYSCTL };
+	struct knob knobs[] = {
+		{ COW_PTE_SYSCTL }, { "/proc/sys/kernel/numa_balancing" },
+	};
 	char val_a[16], val_b[16], *knob_a = val_a, *knob_b = val_b;
 	bool verbose = false;
 	char *off;
 
-	while ((opt = getopt(argc, argv, "n:s:S:a:b:v")) != -1) {
+	while ((opt = getopt(argc, argv, "n:s:S:a:b:xv")) != -1) {
 		switch (opt) {
 		case 'a': mode_a = optarg; break;
 		case 'b': mode_b = optarg; break;
@@ -455,8 +513,9 @@ int main(int argc, char **argv)
 		case 's': first = strtoul(optarg, NULL, 0); break;
 		case 'S': steps = atoi(optarg); break;
 		case 'v': verbose = true; break;
+		case 'x': numa_ops = true; break;
 		default:
-			fprintf(stderr, "usage: %s [-n SEEDS] [-s FIRST] [-S STEPS] [-a MODE] [-b MODE] [-v]\n",
+			fprintf(stderr, "usage: %s [-n SEEDS] [-s FIRST] [-S STEPS] [-a MODE] [-b MODE] [-x] [-v]\n",
 				argv[0]);
 			return 2;
 		}
@@ -480,7 +539,15 @@ int main(int argc, char **argv)
 		printf("not ok 1 sequences_match # no memory\n");
 		return 1;
 	}
-	save_knob_list(&knob, 1);
+	save_knob_list(knobs, ARRAY_SIZE(knobs));
+	if (numa_ops) {
+		if (access("/sys/devices/system/node/node1", F_OK)) {
+			printf("ok 1 # SKIP -x: one NUMA node\n");
+			return 0;
+		}
+		/* it moves pages on its own; absent without CONFIG_NUMA_BALANCING */
+		write_knob(knobs[1].path, "0\n");
+	}
 	for (unsigned long seed = first; seed < first + seeds; seed++) {
 		if (sequence(seed, steps, knob_a)) {
 			errors++;
@@ -497,9 +564,9 @@ int main(int argc, char **argv)
 		if (verbose)
 			printf("# seed %lu:\n%s", seed, ctl->log);
 	}
-	restore_knob_list(&knob, 1);
-	printf("# %lu sequences of %d steps from seed %lu: %lu differ, %lu did not run\n",
-	       seeds, steps, first, failed, errors);
+	restore_knob_list(knobs, ARRAY_SIZE(knobs));
+	printf("# %lu sequences of %d steps from seed %lu%s: %lu differ, %lu did not run\n",
+	       seeds, steps, first, numa_ops ? " (-x)" : "", failed, errors);
 	printf("%s 1 sequences_match\n", failed || errors ? "not ok" : "ok");
 	printf("# Totals: pass:%d fail:%d xfail:0 xpass:0 skip:0 error:0\n",
 	       !(failed || errors), !!(failed || errors));
