@@ -251,7 +251,7 @@ def cmd_soak(args) -> int:
                            ["soak", str(args.minutes),
                             args.memcg_limit or soak.memcg_limit(args.profile),
                             ",".join(soak.unconfined_args(args.minutes)),
-                            ",".join(soak.trinity_args()), soak.TRINITY_MEMCG_MAX,
+                            soak.TRINITY_SEP.join(soak.trinity_args()), soak.TRINITY_MEMCG_MAX,
                             *soak.stress_args(args.minutes, args.profile)])]
     step(f"boot patched ({args.profile}) and soak for {args.minutes} min; logs in {run_dir}")
     out = guest.boot(vmlinux, plan, bins, run_dir, timeout=secs + 900,

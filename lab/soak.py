@@ -130,6 +130,12 @@ TRINITY_SYSCALLS = ("mmap", "munmap", "mremap", "mprotect", "pkey_mprotect", "ma
                     "process_vm_readv", "process_vm_writev", "vmsplice", "memfd_create")
 TRINITY_CHILDREN = 2
 TRINITY_MEMCG_MAX = "256M"
+# Its arguments reach lab/guest/soak as one word joined by this (the plan
+# line goes through sh; trinity's own arguments hold commas)
+TRINITY_SEP = ":"
+# Under the soak's load trinity started ~2 min late (2026-11-27): a shorter
+# soak may end before its first system call, and only says so
+TRINITY_MIN_MINUTES = 5
 
 
 def trinity_args() -> list[str]:
@@ -217,8 +223,6 @@ class SoakResult:
         out += [f"race test {n} never ran" for n, (r, f) in self.races.items() if not r]
         if self.trinity is None:
             out.append("trinity did not report (the guest stopped early?)")
-        elif not self.trinity[1]:
-            out.append("trinity made no system call (its last log is in the report)")
         return out
 
 
@@ -304,6 +308,14 @@ def report(res: SoakResult, out: guest.Outcome, minutes: int,
         lines.append("--- the last trinity run without a system call or its summary (tail) ---")
         lines += res.trinity_log
     problems = res.problems()
+    if res.trinity and not res.trinity[1]:
+        what = ("trinity made no system call" + (" (its last log is above)"
+                if res.trinity_log else " (it never ran)"))
+        if minutes >= TRINITY_MIN_MINUTES:
+            problems.append(what)
+        else:
+            lines.append(f"note: {what}; under {TRINITY_MIN_MINUTES} min that is no"
+                         " failure (trinity starts late under the soak's load)")
     problems += [f"guest setup: {what}" for what in out.setup]
     if out.splats:
         problems.append(f"{len(out.splats)} splat(s) on the console ({out.console})")

@@ -103,6 +103,8 @@ OURS = [
        test="cow_pte_diff-0-0"),
     _t("ptlab", "cow_pte_diff", "-n", "100", "-a", "2", "-b", "2", timeout=900,
        test="cow_pte_diff-2-2"),
+    _t("ptlab", "cow_pte_diff", "-x", "-n", "50", "-a", "2", "-b", "2", timeout=900,
+       test="cow_pte_diff-x-2-2"),
 ]
 
 ALL = UPSTREAM + OURS

@@ -17,6 +17,7 @@ SOAK-SWITCH /proc/sys/vm/cow_pte 2
 SOAK-MEMCG memory.high=1073741824
 SOAK-RACE migration-stress runs=12 failed=0
 SOAK-RACE sweep-vs-munmap runs=40 failed=0
+SOAK-TRINITY runs=2 syscalls=81234 unfinished=1 oom_kills=3
 SOAK-STRESSNG-BEGIN memcg
 stress-ng: info:  [210] setting to a 1800 second run per stressor
 stress-ng: info:  [210] dispatching hogs: 1 fork, 1 mmap, 1 vm
@@ -32,7 +33,6 @@ stress-ng: info:  [211] dispatching hogs: 1 mmapfork
 stress-ng: metrc: [211] mmapfork             41   1800.10     12.00    300.00         0.02           0.13
 stress-ng: info:  [211] successful run completed in 1800.10s
 SOAK-STRESSNG-END root rc=0
-SOAK-TRINITY runs=2 syscalls=81234 unfinished=1 oom_kills=3
 SOAK-MEMCG high 25 oom 0 oom_kill 0
 SOAK-COUNTERS cow_pte_share=5120 cow_pte_break=812 cow_pte_drop=4000 pt_reclaim_pte_freed=99
 SOAK-VMSTAT pswpout 1234 pt_reclaim_pte_freed 99
@@ -198,12 +198,30 @@ def test_trinity_is_reported_and_must_call(tmp_path):
     lines[at:at] = ["SOAK-TRINITY-LOG-BEGIN", "[main] Segmentation fault", "SOAK-TRINITY-LOG-END"]
     res = soak.parse(lines)
     assert res.trinity_log == ["[main] Segmentation fault"]
+    assert res.memcg_high == 25     # what follows the log block is still read
     text, ok = soak.report(res, _outcome(tmp_path), 30)
-    assert not ok and "FAIL: trinity made no system call" in text
+    assert not ok and "FAIL: trinity made no system call (its last log is above)" in text
     assert "[main] Segmentation fault" in text
+    # a short soak may end before trinity's first call (it starts late under load)
+    text, ok = soak.report(res, _outcome(tmp_path), soak.TRINITY_MIN_MINUTES - 1)
+    assert ok and "note: trinity made no system call" in text
+    lines = [l.replace("runs=2 syscalls=81234", "runs=0 syscalls=0") for l in GOOD]
+    text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
+    assert not ok and "FAIL: trinity made no system call (it never ran)" in text
     lines = [l for l in GOOD if not l.startswith("SOAK-TRINITY")]
     text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
     assert not ok and "FAIL: trinity did not report" in text
+
+
+def test_arguments_survive_their_separator():
+    """The guest splits each argument list on one character (lab/guest/soak:
+    IFS=, and IFS=:): no argument may hold it (trinity's
+    --disable-fds=sockets,perf and -c mmap,64 did, and reached it as
+    --disable-fds=sockets, perf, -c mmap, 64: perf fds stayed on)."""
+    for args, sep in ((soak.unconfined_args(30), ","),
+                      (soak.trinity_args(), soak.TRINITY_SEP)):
+        assert sep.join(args).split(sep) == args
+    assert "--disable-fds=sockets,perf" in soak.trinity_args()
 
 
 @pytest.mark.skipif(not shutil.which("trinity"), reason="no trinity on this host")

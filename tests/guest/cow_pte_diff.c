@@ -48,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <numaif.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -142,6 +143,7 @@ static long move(unsigned long first, unsigned long n, int node)
 	for (unsigned long i = 0; i < n; i++) {
 		pages_of[i] = area + (first + i) * PAGE_SIZE;
 		nodes_of[i] = node;
+		status_of[i] = INT_MIN;		/* not reached by the call */
 	}
 	return syscall(SYS_move_pages, 0, n, pages_of, node < 0 ? NULL : nodes_of,
 		       status_of, MPOL_MF_MOVE);
@@ -245,6 +247,8 @@ static int free_slot(void)
 
 static void pass_token(void);
 
+#define NUMA_WEIGHTS	3
+
 /* One step by this process; false: a child just forked, whose turn it isn't */
 static bool do_step(void)
 {
@@ -254,10 +258,10 @@ static bool do_step(void)
 		OP_READ, OP_EXIT, OP_DONTNEED, OP_FREE, OP_COLD, OP_PAGEOUT,
 		OP_DONTFORK, OP_DOFORK, OP_NOHUGEPAGE, OP_PROTECT, OP_UNPROTECT,
 		OP_MREMAP, OP_MAP_FIXED,
-		/* -x only: from here */
+		/* -x only: the last NUMA_WEIGHTS */
 		OP_MOVE_PAGES, OP_MOVE_PAGES, OP_MBIND,
 	};
-	enum op op = weighted[rnd(ARRAY_SIZE(weighted) - (numa_ops ? 0 : 3))];
+	enum op op = weighted[rnd(ARRAY_SIZE(weighted) - (numa_ops ? 0 : NUMA_WEIGHTS))];
 	unsigned long first, n, mask, refused = 0, moved = 0;
 	char *p;
 	long ret;
