@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES),
                    help=PROFILE_HELP)
     s.add_argument("--memcg-limit", metavar="SIZE",
-                   help="memory.high of stress-ng's cgroup, below its load (default 1G; "
+                   help="memory.high of stress-ng's cgroup, below its load (default 768M; "
                         "512M with --profile kasan)")
     s.add_argument("--sysctl", action="append", default=[], metavar="NAME=VALUE",
                    help="set a sysctl at boot (repeatable), over the all-on value of "

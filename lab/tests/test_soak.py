@@ -151,7 +151,7 @@ def test_a_memcg_never_above_its_limit_fails(tmp_path):
     lines = [l.replace("high 25 ", "high 0 ") for l in GOOD]
     text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
     assert not ok and "FAIL: the memcg never went above memory.high" in text
-    assert soak.memcg_limit("kasan") == "512M" and soak.memcg_limit("debug") == "1G"
+    assert soak.memcg_limit("kasan") == "512M" and soak.memcg_limit("debug") == "768M"
 
 
 def test_a_soak_that_shares_no_table_fails(tmp_path):
