@@ -48,6 +48,11 @@ def _outcome(tmp_path: Path, finished=True, splats=()):
                    tmp_path / "results.txt", "", 0.0)
 
 
+def _judge(tmp_path: Path, lines, minutes=30):
+    """The soak's report on @lines and whether it passed."""
+    return soak.report(soak.parse(lines), _outcome(tmp_path), minutes)
+
+
 def test_good_run_passes(tmp_path):
     res = soak.parse(GOOD)
     assert {n: res.bogo_ops[n] for n in ("fork", "mmap", "tlb-shootdown", "mmapfork")} == \
@@ -162,14 +167,14 @@ def test_a_soak_that_shares_no_table_fails(tmp_path):
     text, ok = soak.report(res, _outcome(tmp_path), 30)
     assert ok and "cow_pte_break 812" in text
     lines = [l.replace("cow_pte_break=812", "cow_pte_break=0") for l in GOOD]
-    text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
+    text, ok = _judge(tmp_path, lines)
     assert not ok and "cow_pte_break did not move" in text
     lines = [l for l in GOOD if not l.startswith("SOAK-COUNTERS")]
-    text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
+    text, ok = _judge(tmp_path, lines)
     assert not ok and "cow_pte_share did not move" in text
     # sharing switched off on purpose (--sysctl vm.cow_pte=0): nothing to reach
     lines = [l.replace("vm/cow_pte 2", "vm/cow_pte 0") for l in lines]
-    assert soak.report(soak.parse(lines), _outcome(tmp_path), 30)[1]
+    assert _judge(tmp_path, lines)[1]
 
 
 def test_the_soak_boots_with_every_switch_all_on():
@@ -206,10 +211,10 @@ def test_trinity_is_reported_and_must_call(tmp_path):
     text, ok = soak.report(res, _outcome(tmp_path), soak.TRINITY_MIN_MINUTES - 1)
     assert ok and "note: trinity made no system call" in text
     lines = [l.replace("runs=2 syscalls=81234", "runs=0 syscalls=0") for l in GOOD]
-    text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
+    text, ok = _judge(tmp_path, lines)
     assert not ok and "FAIL: trinity made no system call (it never ran)" in text
     lines = [l for l in GOOD if not l.startswith("SOAK-TRINITY")]
-    text, ok = soak.report(soak.parse(lines), _outcome(tmp_path), 30)
+    text, ok = _judge(tmp_path, lines)
     assert not ok and "FAIL: trinity did not report" in text
 
 
