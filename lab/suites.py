@@ -98,6 +98,8 @@ OURS = [
     _t("ptlab", "cow_pte_diff", "-n", "200", timeout=1200, test="cow_pte_diff"),
     # with move_pages() and mbind() between the two nodes too (-x)
     _t("ptlab", "cow_pte_diff", "-x", "-n", "100", timeout=1200, test="cow_pte_diff-x"),
+    # with PTE-mapped THPs, UFFDIO_MOVE out of the area and steps on threads (-e)
+    _t("ptlab", "cow_pte_diff", "-e", "-n", "100", timeout=1200, test="cow_pte_diff-e"),
     # the same with both runs at 0 and at 2: the test's own determinism
     _t("ptlab", "cow_pte_diff", "-n", "100", "-a", "0", "-b", "0", timeout=900,
        test="cow_pte_diff-0-0"),
@@ -105,6 +107,8 @@ OURS = [
        test="cow_pte_diff-2-2"),
     _t("ptlab", "cow_pte_diff", "-x", "-n", "50", "-a", "2", "-b", "2", timeout=900,
        test="cow_pte_diff-x-2-2"),
+    _t("ptlab", "cow_pte_diff", "-e", "-n", "50", "-a", "2", "-b", "2", timeout=900,
+       test="cow_pte_diff-e-2-2"),
 ]
 
 ALL = UPSTREAM + OURS

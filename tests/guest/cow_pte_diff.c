@@ -30,18 +30,28 @@
  * another process maps) and bind ranges to a node (mbind(MPOL_BIND,
  * MPOL_MF_MOVE), which splits VMAs and skips such pages), and each line
  * also says how many present pages sit on node 1.  NUMA balancing is off
- * for the run: it moves pages on its own.  Without -x a seed is the same
- * sequence it always was (seeds 1-3500 compared equal on the series).
+ * for the run: it moves pages on its own.
+ *
+ * With -e the sequences also make a table of one THP mapped by PTEs (fresh
+ * memory, MADV_HUGEPAGE, written whole, one page write-protected and back,
+ * which splits the PMD; the line says if the THP came), move ranges out
+ * with UFFDIO_MOVE into a scratch area each process registers (the area
+ * itself is never registered: an armed VMA is never shared), and run one
+ * step in four (not forks and exits) on a second thread of the process.
+ * Without -x and -e a seed is the same sequence it always was (seeds
+ * 1-3500 compared equal on the series).
  *
  * Usage: cow_pte_diff [-n SEEDS] [-s FIRST_SEED] [-S STEPS] [-a MODE]
- *		       [-b MODE] [-x] [-v]
+ *		       [-b MODE] [-x] [-e] [-v]
  * (-a/-b: the two values of vm.cow_pte, 0 and 2 by default; -x: the NUMA
- * operations too; -v: print each transcript.)
+ * operations too; -e: THP, UFFDIO_MOVE and threads too; -v: print each
+ * transcript.)
  * KTAP: one case; exit 0 if every seed matched.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -50,6 +60,7 @@
 #include <string.h>
 #include <limits.h>
 #include <numaif.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -83,7 +94,11 @@ static struct ctl *ctl;
 static int tok[MAXP][2];		/* a process waits on tok[slot][0] */
 static int slot;			/* this process's */
 static char *area, *scratch;
+static char *uscratch;			/* -e: UFFDIO_MOVE's destination */
+static int uffd = -1;			/* this process's, registered there */
+static pid_t uffd_pid;			/* whose uffd is open */
 static bool numa_ops;			/* -x */
+static bool extra_ops;			/* -e */
 static void *pages_of[PAGES];		/* move_pages()' arguments */
 static int nodes_of[PAGES], status_of[PAGES];
 /* Each process its own copy: what it may do with each page of the area */
@@ -221,13 +236,14 @@ static void range(unsigned long *first, unsigned long *n)
 enum op {
 	OP_WRITE, OP_READ, OP_FORK, OP_EXIT, OP_DONTNEED, OP_FREE, OP_COLD,
 	OP_PAGEOUT, OP_DONTFORK, OP_DOFORK, OP_NOHUGEPAGE, OP_PROTECT,
-	OP_UNPROTECT, OP_MREMAP, OP_MAP_FIXED, OP_MOVE_PAGES, OP_MBIND, NR_OPS
+	OP_UNPROTECT, OP_MREMAP, OP_MAP_FIXED, OP_MOVE_PAGES, OP_MBIND, OP_THP,
+	OP_UFFD_MOVE, NR_OPS
 };
 
 static const char * const op_names[NR_OPS] = {
 	"write", "read", "fork", "exit", "dontneed", "free", "cold", "pageout",
 	"dontfork", "dofork", "nohugepage", "mprotect-ro", "mprotect-rw",
-	"mremap", "map-fixed", "move-pages", "mbind",
+	"mremap", "map-fixed", "move-pages", "mbind", "thp", "uffd-move",
 };
 
 static const int advice[NR_OPS] = {
@@ -247,30 +263,128 @@ static int free_slot(void)
 
 static void pass_token(void);
 
-#define NUMA_WEIGHTS	3
+/* What a process may be drawn to do: forks and writes weigh three times */
+static const unsigned char base_ops[] = {
+	OP_WRITE, OP_WRITE, OP_WRITE, OP_FORK, OP_FORK, OP_FORK,
+	OP_READ, OP_EXIT, OP_DONTNEED, OP_FREE, OP_COLD, OP_PAGEOUT,
+	OP_DONTFORK, OP_DOFORK, OP_NOHUGEPAGE, OP_PROTECT, OP_UNPROTECT,
+	OP_MREMAP, OP_MAP_FIXED,
+};
+static const unsigned char numa_only_ops[] = { OP_MOVE_PAGES, OP_MOVE_PAGES, OP_MBIND };
+static const unsigned char extra_only_ops[] = { OP_THP, OP_UFFD_MOVE, OP_UFFD_MOVE };
 
-/* One step by this process; false: a child just forked, whose turn it isn't */
-static bool do_step(void)
+static enum op pick_op(void)
 {
-	/* forks and writes weigh three times, the rest once */
-	static const unsigned char weighted[] = {
-		OP_WRITE, OP_WRITE, OP_WRITE, OP_FORK, OP_FORK, OP_FORK,
-		OP_READ, OP_EXIT, OP_DONTNEED, OP_FREE, OP_COLD, OP_PAGEOUT,
-		OP_DONTFORK, OP_DOFORK, OP_NOHUGEPAGE, OP_PROTECT, OP_UNPROTECT,
-		OP_MREMAP, OP_MAP_FIXED,
-		/* -x only: the last NUMA_WEIGHTS */
-		OP_MOVE_PAGES, OP_MOVE_PAGES, OP_MBIND,
-	};
-	enum op op = weighted[rnd(ARRAY_SIZE(weighted) - (numa_ops ? 0 : NUMA_WEIGHTS))];
-	unsigned long first, n, mask, refused = 0, moved = 0;
-	char *p;
-	long ret;
-	int s, node;
+	unsigned char ops[sizeof(base_ops) + sizeof(numa_only_ops) +
+			  sizeof(extra_only_ops)];
+	size_t nr = sizeof(base_ops);
 
-	range(&first, &n);
-	p = area + first * PAGE_SIZE;
-	say("%d p%d %s %lu+%lu", ctl->step, slot, op_names[op], first, n);
-	switch (op) {
+	memcpy(ops, base_ops, nr);
+	if (numa_ops) {
+		memcpy(ops + nr, numa_only_ops, sizeof(numa_only_ops));
+		nr += sizeof(numa_only_ops);
+	}
+	if (extra_ops) {
+		memcpy(ops + nr, extra_only_ops, sizeof(extra_only_ops));
+		nr += sizeof(extra_only_ops);
+	}
+	return ops[rnd(nr)];
+}
+
+#define USCRATCH	(2 * SZ_2M)	/* the longest range() */
+
+/*
+ * This process's userfaultfd, registered over uscratch: a child's VMAs
+ * lose the parent's registration at fork (no UFFD_FEATURE_EVENT_FORK), so
+ * each process opens its own on its first move.  -errno if it cannot.
+ */
+static int own_uffd(void)
+{
+	int ret;
+
+	if (uffd_pid == getpid())
+		return uffd;
+	if (uffd >= 0)
+		close(uffd);	/* the parent's */
+	uffd_pid = getpid();
+	uffd = uffd_open(UFFD_FEATURE_MOVE);
+	if (uffd < 0)
+		return uffd;
+	ret = uffd_register(uffd, uscratch, USCRATCH,
+			    UFFDIO_REGISTER_MODE_MISSING);
+	if (ret) {
+		close(uffd);
+		uffd = ret;
+	}
+	return uffd;
+}
+
+/*
+ * UFFDIO_MOVE of @n pages at @p (holes allowed) to uscratch, where what
+ * came over is dropped at once: the next move needs holes there.  The
+ * ioctl's result (errno kept), and in *@moved what it says it moved.
+ */
+static long uffd_move_out(char *p, unsigned long n, long *moved)
+{
+	struct uffdio_move mv = {
+		.dst = (unsigned long)uscratch, .src = (unsigned long)p,
+		.len = n * PAGE_SIZE, .mode = UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES,
+	};
+	int fd = own_uffd(), err;
+	long ret;
+
+	*moved = 0;
+	if (fd < 0) {
+		errno = -fd;
+		return -1;
+	}
+	ret = ioctl(fd, UFFDIO_MOVE, &mv);
+	err = errno;
+	*moved = mv.move;
+	madvise(uscratch, USCRATCH, MADV_DONTNEED);
+	errno = err;
+	return ret;
+}
+
+/*
+ * A table of one THP mapped by PTEs at @p: fresh memory with MADV_HUGEPAGE
+ * written whole (a THP if one can be had), then one page write-protected
+ * and back, which splits the PMD.  The line says if the THP came.
+ */
+static long thp_table(char *p)
+{
+	unsigned long first = (p - area) / PAGE_SIZE;
+	long ret, thp;
+
+	if (mmap(p, SZ_2M, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+		return -1;
+	ret = madvise(p, SZ_2M, MADV_HUGEPAGE);
+	if (ret)
+		return ret;
+	for (unsigned long i = first; i < first + PER_TABLE; i++)
+		write_tag(area + i * PAGE_SIZE, (unsigned long)ctl->step << 32 | i);
+	thp = smaps_kb(p, "AnonHugePages:");
+	say(" thp=%d", thp == SZ_2M >> 10);
+	ret = mprotect(p + SZ_1M, PAGE_SIZE, PROT_READ);
+	return ret ?: mprotect(p + SZ_1M, PAGE_SIZE, PROT_READ | PROT_WRITE);
+}
+
+struct step {
+	enum op op;
+	unsigned long first, n;
+};
+
+/* A step other than a fork or an exit, then what the process observes */
+static void perform(struct step *st)
+{
+	unsigned long first = st->first, n = st->n;
+	unsigned long mask, refused = 0, moved = 0;
+	char *p = area + first * PAGE_SIZE;
+	long ret, count;
+	int node;
+
+	switch (st->op) {
 	case OP_WRITE:
 		for (unsigned long i = first; i < first + n; i++)
 			if (prot[i] == WRITABLE)
@@ -282,35 +396,9 @@ static bool do_step(void)
 			if (prot[i] != UNMAPPED)
 				load_word((unsigned long *)(area + i * PAGE_SIZE));
 		break;
-	case OP_FORK:
-		s = free_slot();
-		if (s < 0)
-			break;
-		ctl->alive[s] = true;
-		say(" -> p%d", s);
-		ret = fork();
-		if (ret < 0) {
-			ctl->alive[s] = false;
-			result(ret);
-			break;
-		}
-		if (!ret) {
-			slot = s;	/* the child waits for its turn */
-			sync_prot();
-			return false;
-		}
-		break;
-	case OP_EXIT:
-		if (!slot)
-			break;	/* p0 stays: it reaps the others */
-		observe();
-		ctl->alive[slot] = false;
-		ctl->exiting = getpid();	/* the next actor waits for it */
-		pass_token();
-		_exit(0);
 	case OP_PROTECT:
 	case OP_UNPROTECT:
-		ret = mprotect(p, n * PAGE_SIZE, op == OP_PROTECT ? PROT_READ :
+		ret = mprotect(p, n * PAGE_SIZE, st->op == OP_PROTECT ? PROT_READ :
 				PROT_READ | PROT_WRITE);
 		result(ret);
 		sync_prot();
@@ -350,11 +438,76 @@ static bool do_step(void)
 			     MPOL_MF_MOVE));
 		say(" to=%d", node);
 		break;
+	case OP_THP:
+		ret = thp_table(area + (first & ~(PER_TABLE - 1)) * PAGE_SIZE);
+		result(ret);
+		sync_prot();
+		break;
+	case OP_UFFD_MOVE:
+		result(uffd_move_out(p, n, &count));
+		say(" moved=%ld", count);
+		break;
 	default:
-		result(madvise(p, n * PAGE_SIZE, advice[op]));
+		result(madvise(p, n * PAGE_SIZE, advice[st->op]));
 		break;
 	}
 	observe();
+}
+
+static void *perform_thread(void *st)
+{
+	perform(st);
+	return NULL;
+}
+
+/* One step by this process; false: a child just forked, whose turn it isn't */
+static bool do_step(void)
+{
+	struct step st = { .op = pick_op() };
+	pthread_t thread;
+	bool threaded;
+	long ret;
+	int s;
+
+	range(&st.first, &st.n);
+	threaded = extra_ops && st.op != OP_FORK && st.op != OP_EXIT && !rnd(4);
+	say("%d p%d %s %lu+%lu%s", ctl->step, slot, op_names[st.op], st.first,
+	    st.n, threaded ? " (thread)" : "");
+	switch (st.op) {
+	case OP_FORK:
+		s = free_slot();
+		if (s >= 0) {
+			ctl->alive[s] = true;
+			say(" -> p%d", s);
+			ret = fork();
+			if (ret < 0) {
+				ctl->alive[s] = false;
+				result(ret);
+			} else if (!ret) {
+				slot = s;	/* the child waits for its turn */
+				sync_prot();
+				return false;
+			}
+		}
+		observe();
+		return true;
+	case OP_EXIT:
+		if (slot) {
+			observe();
+			ctl->alive[slot] = false;
+			ctl->exiting = getpid();	/* the next actor waits for it */
+			pass_token();
+			_exit(0);
+		}
+		observe();	/* p0 stays: it reaps the others */
+		return true;
+	default:
+		break;
+	}
+	if (threaded && !pthread_create(&thread, NULL, perform_thread, &st))
+		pthread_join(thread, NULL);
+	else
+		perform(&st);
 	return true;
 }
 
@@ -448,7 +601,11 @@ static int sequence(unsigned long seed, int steps, const char *mode)
 				_exit(5);
 		area = map_aligned(AREA, SZ_2M, PROT_READ | PROT_WRITE);
 		scratch = map_aligned(SZ_2M, SZ_2M, PROT_READ | PROT_WRITE);
-		if (!area || !scratch || madvise(area, AREA, MADV_NOHUGEPAGE))
+		if (extra_ops)
+			uscratch = map_aligned(USCRATCH, SZ_2M,
+					       PROT_READ | PROT_WRITE);
+		if (!area || !scratch || (extra_ops && !uscratch) ||
+		    madvise(area, AREA, MADV_NOHUGEPAGE))
 			_exit(6);
 		sync_prot();
 		for (unsigned long i = 0; i < PAGES; i += 1 + i % 3)
@@ -509,7 +666,7 @@ int main(int argc, char **argv)
 	bool verbose = false;
 	char *off;
 
-	while ((opt = getopt(argc, argv, "n:s:S:a:b:xv")) != -1) {
+	while ((opt = getopt(argc, argv, "n:s:S:a:b:xev")) != -1) {
 		switch (opt) {
 		case 'a': mode_a = optarg; break;
 		case 'b': mode_b = optarg; break;
@@ -518,8 +675,9 @@ int main(int argc, char **argv)
 		case 'S': steps = atoi(optarg); break;
 		case 'v': verbose = true; break;
 		case 'x': numa_ops = true; break;
+		case 'e': extra_ops = true; break;
 		default:
-			fprintf(stderr, "usage: %s [-n SEEDS] [-s FIRST] [-S STEPS] [-a MODE] [-b MODE] [-x] [-v]\n",
+			fprintf(stderr, "usage: %s [-n SEEDS] [-s FIRST] [-S STEPS] [-a MODE] [-b MODE] [-x] [-e] [-v]\n",
 				argv[0]);
 			return 2;
 		}
@@ -569,8 +727,9 @@ int main(int argc, char **argv)
 			printf("# seed %lu:\n%s", seed, ctl->log);
 	}
 	restore_knob_list(knobs, ARRAY_SIZE(knobs));
-	printf("# %lu sequences of %d steps from seed %lu%s: %lu differ, %lu did not run\n",
-	       seeds, steps, first, numa_ops ? " (-x)" : "", failed, errors);
+	printf("# %lu sequences of %d steps from seed %lu%s%s: %lu differ, %lu did not run\n",
+	       seeds, steps, first, numa_ops ? " (-x)" : "",
+	       extra_ops ? " (-e)" : "", failed, errors);
 	printf("%s 1 sequences_match\n", failed || errors ? "not ok" : "ok");
 	printf("# Totals: pass:%d fail:%d xfail:0 xpass:0 skip:0 error:0\n",
 	       !(failed || errors), !!(failed || errors));

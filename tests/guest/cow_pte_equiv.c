@@ -955,4 +955,182 @@ TEST_F_TIMEOUT(equiv, mrelease_of_a_holder, EQUIV_TIMEOUT)
 	EXPECT_GE(MRELEASE_ROUNDS, round);
 }
 
+
+/*
+ * 11. Pages that look pinned, in memory that fork shared.  A page
+ * vmsplice()d over a thousand times has the refcount of a pinned page
+ * (folio_maybe_dma_pinned()), and fork copies such a page for the child
+ * only if the parent ever pinned (MMF_HAS_PINNED): this parent had not,
+ * so vanilla's child maps the parent's page.  The child then pins
+ * something (process_vm_readv() pins what it reads) and writes another
+ * page of the first table (a break, here), and the parent pins and forks
+ * again while the second table is still shared (a fork that copies out of
+ * it, here).  Vanilla: both children map the parent's pages (the second
+ * fork finds them shared already, not exclusive: nothing to copy), at the
+ * same pfn, not exclusive in pagemap.  A break or a fork that took the
+ * pin it saw then for one at the share copied the page: another pfn.
+ */
+#define PIN_TABLES	2
+
+/* Pin a page of this process (MMF_HAS_PINNED): 0, or -1 */
+static int pin_something(void)
+{
+	char buf[64], src[64] = "pinned by process_vm_readv";
+	struct iovec local = { buf, sizeof(buf) };
+	struct iovec remote = { src, sizeof(src) };
+
+	return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) ==
+	       sizeof(buf) ? 0 : -1;
+}
+
+/* The pagemap entry of @addr in this process (0 if unreadable) */
+static uint64_t own_pagemap(char *addr)
+{
+	int fd = open("/proc/self/pagemap", O_RDONLY);
+	uint64_t e = fd < 0 ? 0 : pagemap_entry(fd, addr);
+
+	if (fd >= 0)
+		close(fd);
+	return e;
+}
+
+/*
+ * 0 if this process maps @addr at @pfn and not exclusively, else @err.
+ * Under the soak's memory pressure reclaim may swap the page out (it is
+ * not exclusive after the fork, on vanilla too): no pfn to compare then.
+ */
+static int maps_shared_pfn(char *addr, uint64_t pfn, int err)
+{
+	uint64_t e = own_pagemap(addr);
+
+	if (!(e & PM_PRESENT) && in_soak())
+		return 0;
+	return (e & PM_PRESENT) && (e & PM_PFN) == pfn &&
+	       !(e & PM_MMAP_EXCLUSIVE) ? 0 : err;
+}
+
+TEST_F_TIMEOUT(equiv, maybe_pinned_pages_are_not_copied, EQUIV_TIMEOUT)
+{
+	const unsigned long pages = PIN_TABLES * PER_TABLE;
+	struct vmsplice_pin pin1, pin2;
+	bool feature = opt_in();
+	long shares = vmstat("cow_pte_share");
+	uint64_t pfn1, pfn2;
+	char *p, *x1, *x2, c;
+	int fds[2], rc;
+	pid_t a, b;
+
+	p = tagged_area(PIN_TABLES, 1);
+	ASSERT_NE(NULL, p);
+	x1 = p + PER_TABLE / 2 * PAGE_SIZE;
+	x2 = x1 + SZ_2M;
+	ASSERT_LE(GUP_PIN_COUNTING_BIAS + 64, vmsplice_pin(&pin1, x1));
+	ASSERT_LE(GUP_PIN_COUNTING_BIAS + 64, vmsplice_pin(&pin2, x2));
+	pfn1 = own_pagemap(x1) & PM_PFN;
+	pfn2 = own_pagemap(x2) & PM_PFN;
+	ASSERT_TRUE(pfn1 && pfn2) TH_LOG("no pfn in pagemap (not root?)");
+	ASSERT_EQ(0, pipe(fds));
+
+	a = fork();
+	ASSERT_LE(0, a);
+	if (!a) {
+		close(fds[1]);
+		if (pin_something())
+			_exit(1);
+		/* the same tag again: a write, which breaks the share */
+		fill(p, 1, 1);
+		rc = maps_shared_pfn(x1, pfn1, 2);
+		if (!rc && count_bad(p, pages, 1))
+			rc = 3;
+		/* the second table stays shared until the parent's fork */
+		if (read(fds[0], &c, 1) < 0 && !rc)
+			rc = 4;
+		_exit(rc);
+	}
+	close(fds[0]);
+	if (feature)
+		EXPECT_LE(PIN_TABLES, vmstat("cow_pte_share") - shares)
+			TH_LOG("the fork did not share the tables");
+
+	ASSERT_EQ(0, pin_something());
+	b = fork();
+	ASSERT_LE(0, b);
+	if (!b)
+		_exit(maps_shared_pfn(x2, pfn2, 2) ?:
+		      count_bad(p, pages, 1) ? 3 : 0);
+	EXPECT_EQ(0, reap(b))
+		TH_LOG("the second child: 2 its page of the shared table is another or exclusive, 3 bad data");
+	close(fds[1]);
+	EXPECT_EQ(0, reap(a))
+		TH_LOG("the first child: 1 no pin, 2 the page after its write elsewhere is another or exclusive, 3 bad data");
+	EXPECT_EQ(0, count_bad(p, pages, 1));
+	vmsplice_unpin(&pin1);
+	vmsplice_unpin(&pin2);
+	munmap(p, PIN_TABLES * SZ_2M);
+}
+
+
+/*
+ * 12. The parent writes memory its child let go of without writing it
+ * (the child exited).  Vanilla's fork write-protected the parent's entries
+ * and cleared its pages' exclusive bits: each write then faults once, and
+ * a page that something else still references (vmsplice()d into a pipe
+ * before the fork) is copied, so the pipe keeps what the page held at
+ * fork.  A last holder that took its table back as it was wrote in place,
+ * without a fault: the pipe's reader saw the write made after the fork.
+ */
+#define LETGO_TABLES	4
+
+TEST_F_TIMEOUT(equiv, parent_writes_after_the_child_let_go, EQUIV_TIMEOUT)
+{
+	const unsigned long pages = LETGO_TABLES * PER_TABLE;
+	const unsigned long mid = PER_TABLE / 2;
+	long before = vmstat("cow_pte_share");
+	long faults, majflt, majflt_after;
+	bool feature = opt_in();
+	unsigned long word;
+	struct iovec iov;
+	char *p, *warm;
+	int fds[2];
+	pid_t pid;
+
+	p = tagged_area(LETGO_TABLES, 1);
+	ASSERT_NE(NULL, p);
+	ASSERT_EQ(0, pipe(fds));
+	iov.iov_base = p + mid * PAGE_SIZE;
+	iov.iov_len = PAGE_SIZE;
+	ASSERT_EQ(PAGE_SIZE, vmsplice(fds[1], &iov, 1, 0));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid)
+		_exit(0);
+	ASSERT_EQ(0, reap(pid));
+	if (feature)
+		EXPECT_LE(LETGO_TABLES, vmstat("cow_pte_share") - before)
+			TH_LOG("the fork did not share the tables");
+
+	/* the code and stack fault before, as in faults_count_once_... */
+	warm = mmap(NULL, pages * PAGE_SIZE, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, warm);
+	fill(warm, pages, 2);
+	minflt(&majflt);
+	faults = minflt(&majflt);
+	fill(p, pages, 2);
+	faults = minflt(&majflt_after) - faults;
+	TH_LOG("%ld faults for the first writes of %lu pages", faults, pages);
+	if (in_soak() || majflt_after != majflt)
+		TH_LOG("not counted: %s", in_soak() ? "the soak" : "a major fault");
+	else
+		EXPECT_EQ((long)pages, faults);
+	ASSERT_EQ(sizeof(word), read(fds[0], &word, sizeof(word)));
+	EXPECT_EQ(tag(1, mid), word)
+		TH_LOG("the pipe reads %lx, written after the fork", word);
+	EXPECT_EQ(0, count_bad(p, pages, 2));
+	close(fds[0]);
+	close(fds[1]);
+	munmap(warm, pages * PAGE_SIZE);
+	munmap(p, pages * PAGE_SIZE);
+}
+
 TEST_HARNESS_MAIN
