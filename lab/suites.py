@@ -100,6 +100,10 @@ OURS = [
     _t("ptlab", "cow_pte_diff", "-x", "-n", "100", timeout=1200, test="cow_pte_diff-x"),
     # with PTE-mapped THPs, UFFDIO_MOVE out of the area and steps on threads (-e)
     _t("ptlab", "cow_pte_diff", "-e", "-n", "100", timeout=1200, test="cow_pte_diff-e"),
+    # both (-x -e), on seeds 2621-2630: 2628 moved pages of a PTE-mapped THP
+    # that vanilla refused to move (fixed by 0029)
+    _t("ptlab", "cow_pte_diff", "-x", "-e", "-s", "2621", "-n", "10", timeout=600,
+       test="cow_pte_diff-x-e"),
     # the same with both runs at 0 and at 2: the test's own determinism
     _t("ptlab", "cow_pte_diff", "-n", "100", "-a", "0", "-b", "0", timeout=900,
        test="cow_pte_diff-0-0"),

@@ -1133,4 +1133,90 @@ TEST_F_TIMEOUT(equiv, parent_writes_after_the_child_let_go, EQUIV_TIMEOUT)
 	munmap(p, pages * PAGE_SIZE);
 }
 
+/*
+ * 13. A THP that a split left mapped by PTEs (one page write-protected and
+ * back), its upper half unmapped, held by the parent and two children.
+ * The parent unmaps all but the last KEPT pages of the rest and asks to
+ * move those with move_pages(MPOL_MF_MOVE).  The kernel guesses whether a
+ * large folio is mapped by other processes from its total mapcount, then
+ * from the mapcount of its first page (folio_likely_mapped_shared()).
+ * Vanilla refuses every page (-EACCES): the two children map the first
+ * page.  Had fork shared the table, that page would count once for both
+ * children, and with 256 + KEPT mappings in all the folio would look like
+ * the parent's own: it moved (as in seed 2628 of cow_pte_diff -x -e, with
+ * mbind()).  A table that maps a large folio must not be shared.
+ */
+#define HALF	(PER_TABLE / 2)
+#define KEPT	4
+
+static unsigned long count_bad_from(char *p, unsigned long first,
+				    unsigned long n, unsigned long round)
+{
+	unsigned long bad = 0;
+
+	for (unsigned long i = first; i < first + n; i++)
+		bad += load_word(first_word(p + i * PAGE_SIZE)) != tag(round, i);
+	return bad;
+}
+
+TEST_F_TIMEOUT(equiv, thp_mapped_by_ptes_stays_shared, EQUIV_TIMEOUT)
+{
+	static int status[KEPT], nodes[KEPT];
+	static void *addrs[KEPT];
+	long before = vmstat("cow_pte_share");
+	bool feature = opt_in();
+	int fds[2], node;
+	pid_t pid[2];
+	char *p;
+
+	if (access("/sys/devices/system/node/node1", F_OK) || in_soak())
+		SKIP(return, "%s", in_soak() ? "NUMA balancing (the soak's) moves pages"
+					     : "one NUMA node");
+	p = map_aligned(SZ_2M, SZ_2M, PROT_READ | PROT_WRITE);
+	ASSERT_NE(NULL, p);
+	if (madvise(p, SZ_2M, MADV_HUGEPAGE))
+		SKIP(return, "no THP");
+	fill(p, PER_TABLE, 1);
+	if (smaps_kb(p, "AnonHugePages:") != SZ_2M >> 10) {
+		munmap(p, SZ_2M);
+		SKIP(return, "no THP came at the fault");
+	}
+	/* split the PMD, not the folio; khugepaged must not collapse it back */
+	ASSERT_EQ(0, mprotect(p + PAGE_SIZE, PAGE_SIZE, PROT_READ));
+	ASSERT_EQ(0, mprotect(p + PAGE_SIZE, PAGE_SIZE, PROT_READ | PROT_WRITE));
+	ASSERT_EQ(0, madvise(p, SZ_2M, MADV_NOHUGEPAGE));
+	EXPECT_EQ(0, smaps_kb(p, "AnonHugePages:"));
+	ASSERT_EQ(0, madvise(p + HALF * PAGE_SIZE, HALF * PAGE_SIZE, MADV_DONTNEED));
+
+	/* two holders on one pipe: each would keep the other's open */
+	ASSERT_EQ(0, pipe(fds));
+	for (int i = 0; i < 2; i++) {
+		pid[i] = holder(p, HALF, 1, (int [2]){ dup(fds[0]), fds[1] });
+		ASSERT_LE(0, pid[i]);
+	}
+	close(fds[0]);
+	TH_LOG("%ld tables shared by the forks%s", vmstat("cow_pte_share") - before,
+	       feature ? "" : " (no COW page tables)");
+	ASSERT_EQ(0, madvise(p, (HALF - KEPT) * PAGE_SIZE, MADV_DONTNEED));
+
+	ASSERT_TRUE(page_nodes(p + (HALF - KEPT) * PAGE_SIZE, 1, &node));
+	ASSERT_LE(0, node);
+	for (unsigned long i = 0; i < KEPT; i++) {
+		addrs[i] = p + (HALF - KEPT + i) * PAGE_SIZE;
+		nodes[i] = !node;
+	}
+	EXPECT_EQ(0, syscall(SYS_move_pages, 0, KEPT, addrs, nodes, status,
+			     MPOL_MF_MOVE));
+	EXPECT_EQ(KEPT, count_status(status, KEPT, -EACCES))
+		TH_LOG("move_pages(MPOL_MF_MOVE): %lu of %d pages refused, %lu moved",
+		       count_status(status, KEPT, -EACCES), KEPT,
+		       count_status(status, KEPT, !node));
+	EXPECT_EQ(0, count_bad_from(p, HALF - KEPT, KEPT, 1));
+
+	close(fds[1]);
+	for (int i = 0; i < 2; i++)
+		EXPECT_EQ(0, reap(pid[i])) TH_LOG("a child lost its copy");
+	munmap(p, SZ_2M);
+}
+
 TEST_HARNESS_MAIN
