@@ -45,15 +45,22 @@ static void fill(char *p, unsigned long n, unsigned long round)
 		write_tag(p + i * PAGE_SIZE, tag(round, i));
 }
 
-static unsigned long count_bad(char *p, unsigned long n, unsigned long round)
+/* Pages [first, first + n) of @p that do not hold @round's tags */
+static unsigned long count_bad_from(char *p, unsigned long first,
+				    unsigned long n, unsigned long round)
 {
 	unsigned long bad = 0;
 
-	for (unsigned long i = 0; i < n; i++)
+	for (unsigned long i = first; i < first + n; i++)
 		if (load_word(first_word(p + i * PAGE_SIZE)) != tag(round, i) ||
 		    load_word(last_word(p + i * PAGE_SIZE)) != tag(round, i))
 			bad++;
 	return bad;
+}
+
+static unsigned long count_bad(char *p, unsigned long n, unsigned long round)
+{
+	return count_bad_from(p, 0, n, round);
 }
 
 static unsigned long count_nonzero(char *p, unsigned long n)
@@ -506,6 +513,19 @@ static unsigned long count_status(int *status, unsigned long n, int want)
 	return count;
 }
 
+/* move_pages(MPOL_MF_MOVE) of the @n pages at @p to @node; @status gets theirs */
+static long move_to_node(char *p, unsigned long n, int node, int *status)
+{
+	void *addrs[n];
+	int nodes[n];
+
+	for (unsigned long i = 0; i < n; i++) {
+		addrs[i] = p + i * PAGE_SIZE;
+		nodes[i] = node;
+	}
+	return syscall(SYS_move_pages, 0, n, addrs, nodes, status, MPOL_MF_MOVE);
+}
+
 /*
  * @tables tables of tagged pages, held by a child (holder()) until the
  * caller closes @fds[1].  On a kernel with the feature the process opts in
@@ -535,7 +555,6 @@ TEST_F_TIMEOUT(equiv, proc_and_migration_count_every_holder, EQUIV_TIMEOUT)
 	long rss, pss, shared, mapmax;
 	static int status[PROC_TABLES * PER_TABLE];
 	static int nodes[PROC_TABLES * PER_TABLE];
-	static void *addrs[PROC_TABLES * PER_TABLE];
 	unsigned long excl, moved, mask;
 	int fds[2], node;
 	pid_t pid;
@@ -573,12 +592,7 @@ TEST_F_TIMEOUT(equiv, proc_and_migration_count_every_holder, EQUIV_TIMEOUT)
 		SKIP(return, "%s", in_soak() ? "NUMA balancing (the soak's) moves pages"
 					     : "one NUMA node");
 	}
-	for (unsigned long i = 0; i < pages; i++) {
-		addrs[i] = p + i * PAGE_SIZE;
-		nodes[i] = !node;
-	}
-	EXPECT_EQ(0, syscall(SYS_move_pages, 0, pages, addrs, nodes, status,
-			     MPOL_MF_MOVE));
+	EXPECT_EQ(0, move_to_node(p, pages, !node, status));
 	EXPECT_EQ(pages, count_status(status, pages, -EACCES))
 		TH_LOG("move_pages(MPOL_MF_MOVE): %lu of %lu pages refused, %lu moved",
 		       count_status(status, pages, -EACCES), pages,
@@ -1158,20 +1172,9 @@ TEST_F_TIMEOUT(equiv, parent_writes_after_the_child_let_go, EQUIV_TIMEOUT)
 #define HALF	(PER_TABLE / 2)
 #define KEPT	4
 
-static unsigned long count_bad_from(char *p, unsigned long first,
-				    unsigned long n, unsigned long round)
-{
-	unsigned long bad = 0;
-
-	for (unsigned long i = first; i < first + n; i++)
-		bad += load_word(first_word(p + i * PAGE_SIZE)) != tag(round, i);
-	return bad;
-}
-
 TEST_F_TIMEOUT(equiv, thp_mapped_by_ptes_stays_shared, EQUIV_TIMEOUT)
 {
-	static int status[KEPT], nodes[KEPT];
-	static void *addrs[KEPT];
+	static int status[KEPT];
 	long before = vmstat("cow_pte_share");
 	bool feature = opt_in();
 	int fds[2], node;
@@ -1210,12 +1213,8 @@ TEST_F_TIMEOUT(equiv, thp_mapped_by_ptes_stays_shared, EQUIV_TIMEOUT)
 
 	ASSERT_TRUE(page_nodes(p + (HALF - KEPT) * PAGE_SIZE, 1, &node));
 	ASSERT_LE(0, node);
-	for (unsigned long i = 0; i < KEPT; i++) {
-		addrs[i] = p + (HALF - KEPT + i) * PAGE_SIZE;
-		nodes[i] = !node;
-	}
-	EXPECT_EQ(0, syscall(SYS_move_pages, 0, KEPT, addrs, nodes, status,
-			     MPOL_MF_MOVE));
+	EXPECT_EQ(0, move_to_node(p + (HALF - KEPT) * PAGE_SIZE, KEPT, !node,
+				  status));
 	EXPECT_EQ(KEPT, count_status(status, KEPT, -EACCES))
 		TH_LOG("move_pages(MPOL_MF_MOVE): %lu of %d pages refused, %lu moved",
 		       count_status(status, KEPT, -EACCES), KEPT,
