@@ -1446,13 +1446,35 @@ static int enomem_steps(char *p)
 	    count_bad(p, 7 * PER_TABLE + 1, PER_TABLE - 1, 1))
 		return 61;
 
-	/* 7. clear_refs soft-dirty: every share of the mm left */
-	if (!fail_nth_set(1) || write_clear_refs("4") != -1 || errno != ENOMEM)
+	/*
+	 * 7. MADV_FREE over a table of its own (a write broke it: its pages
+	 * can be freed lazily) and into a shared one: the break of the
+	 * second fails, and nothing of the first may be lazily freed.  Then
+	 * the first alone, without a break: it is.  The pages are written
+	 * again after, so that reclaim cannot free them from under step 8.
+	 */
+	fill(p, 5 * PER_TABLE, 1, 2);
+	if (!fail_nth_set(1) ||
+	    madvise(p + 5 * SZ_2M, SZ_2M + PAGE_SIZE, MADV_FREE) != -1 ||
+	    errno != ENOMEM)
 		return 70;
-	if (fail_nth_get() || count_bad(p, 5 * PER_TABLE, 2 * PER_TABLE, 1))
+	if (fail_nth_get() || smaps_kb(p + 5 * SZ_2M, "LazyFree:") != 0 ||
+	    count_bad(p, 5 * PER_TABLE, 1, 2) ||
+	    count_bad(p, 5 * PER_TABLE + 1, 2 * PER_TABLE - 1, 1))
 		return 71;
-	if (write_clear_refs("4"))
+	/* reclaim may free or re-dirty lazy pages before smaps reads: > 0 */
+	if (madvise(p + 5 * SZ_2M, SZ_2M, MADV_FREE) ||
+	    smaps_kb(p + 5 * SZ_2M, "LazyFree:") <= 0)
 		return 72;
+	fill(p, 5 * PER_TABLE, PER_TABLE, 1);
+
+	/* 8. clear_refs soft-dirty: every share of the mm left */
+	if (!fail_nth_set(1) || write_clear_refs("4") != -1 || errno != ENOMEM)
+		return 80;
+	if (fail_nth_get() || count_bad(p, 5 * PER_TABLE, 2 * PER_TABLE, 1))
+		return 81;
+	if (write_clear_refs("4"))
+		return 82;
 	return 0;
 }
 
@@ -1476,7 +1498,7 @@ TEST(enomem_leaves_nothing_half_done)
 	/*
 	 * fail-nth counts every fault-injection site the task reaches: keep
 	 * fail_page_alloc's out of it (no order is that high), so that the
-	 * failure lands on the break's allocation.  Under KASAN, step 7 once
+	 * failure lands on the break's allocation.  Under KASAN, step 8 once
 	 * saw clear_refs succeed: its failure had gone elsewhere, we think to
 	 * the stack depot's order-2 GFP_NOWAIT pool allocation.
 	 */

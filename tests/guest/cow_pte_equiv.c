@@ -412,10 +412,13 @@ TEST_F_TIMEOUT(equiv, core_dump_holds_a_shared_table, EQUIV_TIMEOUT)
  * vanilla the child maps every page fork gave it, and VmRSS/RssAnon say so,
  * as does smaps_rollup.  Shared tables used to be counted by one owner mm:
  * once the parent (the owner) broke, nobody counted them, and the child's
- * VmRSS stayed near zero (820 kB of 65 536) while smaps_rollup, which
- * walks the tables, found them all.  Every holder counts them now.
+ * VmRSS stayed near zero (820 kB of 65 536 in the review's 64 MiB) while
+ * smaps_rollup, which walks the tables, found them all.  Every holder
+ * counts them now.  16 MiB show it as well, and the parent's 4096 COW
+ * faults stay well inside the time limit under the soak's load (its
+ * 16 384 for 64 MiB timed out in 2 of 5 runs of a 30-min soak).
  */
-#define RSS_TABLES	32
+#define RSS_TABLES	8
 
 /* The number after @field in /proc/@pid/@file, kB */
 static long pid_kb(pid_t pid, const char *file, const char *field)

@@ -280,20 +280,22 @@ static inline unsigned long count_merged(char *p, unsigned long n)
 	return same;
 }
 
-/* kB of a field ("AnonHugePages:") of the VMA that starts at @p */
+/* kB of a field ("AnonHugePages:") of the VMA over @p */
 static inline long smaps_kb(char *p, const char *field)
 {
-	char line[256], want[32];
+	unsigned long start, end;
+	char line[256];
 	bool in_vma = false;
 	long val = -1;
 	FILE *f = fopen("/proc/self/smaps", "r");
 
 	if (!f)
 		return -1;
-	snprintf(want, sizeof(want), "%lx-", (unsigned long)p);
 	while (fgets(line, sizeof(line), f)) {
 		if (strchr(line, '-') && strchr(line, '-') < strchr(line, ' '))
-			in_vma = !strncmp(line, want, strlen(want));
+			in_vma = sscanf(line, "%lx-%lx", &start, &end) == 2 &&
+				 start <= (unsigned long)p &&
+				 (unsigned long)p < end;
 		else if (in_vma && !strncmp(line, field, strlen(field)))
 			val = strtol(line + strlen(field), NULL, 10);
 	}
