@@ -304,7 +304,7 @@ def report(res: SoakResult, out: guest.Outcome, minutes: int,
         lines.append("our counters over the soak: "
                      + ", ".join(f"{k} {v}" for k, v in sorted(res.counters.items())))
     for name, log in res.race_logs.items():
-        lines.append(f"--- last failed run of {name} (tail) ---")
+        lines.append(f"--- failed runs of {name}: their failed cases, the last one's tail ---")
         lines += log
     if res.trinity_log:
         lines.append("--- the last trinity run without a system call or its summary (tail) ---")

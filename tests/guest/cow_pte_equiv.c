@@ -1230,4 +1230,80 @@ TEST_F_TIMEOUT(equiv, thp_mapped_by_ptes_stays_shared, EQUIV_TIMEOUT)
 	munmap(p, SZ_2M);
 }
 
+/*
+ * 14. NUMA balancing of pages that a fork left to the parent alone: the
+ * child exits without touching them, and the parent, moved to a CPU of the
+ * other node, only reads them.  On vanilla each page is mapped once after
+ * the exit: the scanner makes its entries PROT_NONE, the reads take hinting
+ * faults and the pages move to the reader's node.  With the tables shared,
+ * the parent is their last holder, and they stay read-only until it writes
+ * them: the scanner must not pass them by (it did: 0 pages moved).  The
+ * scanner's debugfs knobs (CONFIG_SCHED_DEBUG) make it scan every 10 ms.
+ */
+#define NUMAB_DIR	"/sys/kernel/debug/sched/numa_balancing"
+#define NUMAB_TABLES	2
+#define NUMAB_SECONDS	60
+
+static struct knob numab_knobs[] = {
+	{ .path = "/proc/sys/kernel/numa_balancing" },
+	{ .path = NUMAB_DIR "/scan_delay_ms" },
+	{ .path = NUMAB_DIR "/scan_period_min_ms" },
+	{ .path = NUMAB_DIR "/scan_period_max_ms" },
+};
+
+TEST_F_TIMEOUT(equiv, numa_balancing_moves_a_last_holders_pages, EQUIV_TIMEOUT)
+{
+	const unsigned long pages = NUMAB_TABLES * PER_TABLE;
+	int cpu0 = node_first_cpu(0), cpu1 = node_first_cpu(1);
+	long before = vmstat("cow_pte_share");
+	bool feature = opt_in();
+	unsigned long moved = 0;
+	static int nodes[NUMAB_TABLES * PER_TABLE];
+	time_t end;
+	pid_t pid;
+	char *p;
+
+	if (cpu1 < 0 || in_soak())
+		SKIP(return, "%s", in_soak() ? "NUMA balancing is the soak's"
+					     : "one NUMA node");
+	if (access(NUMAB_DIR, F_OK))
+		SKIP(return, "no %s (CONFIG_SCHED_DEBUG)", NUMAB_DIR);
+	ASSERT_EQ(0, pin_to_cpu(cpu0));
+	p = tagged_area(NUMAB_TABLES, 1);
+	ASSERT_NE(NULL, p);
+	ASSERT_TRUE(page_nodes(p, pages, nodes));
+	for (unsigned long i = 0; i < pages; i++)
+		if (nodes[i] != 0)
+			SKIP(return, "page %lu came on node %d, not 0", i, nodes[i]);
+
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid)
+		_exit(0);
+	ASSERT_EQ(0, reap(pid));
+	if (feature)
+		EXPECT_LE(NUMAB_TABLES, vmstat("cow_pte_share") - before)
+			TH_LOG("the fork shared nothing");
+
+	save_knob_list(numab_knobs, ARRAY_SIZE(numab_knobs));
+	ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_delay_ms", "0\n"));
+	ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_period_min_ms", "10\n"));
+	ASSERT_EQ(0, write_knob(NUMAB_DIR "/scan_period_max_ms", "10\n"));
+	ASSERT_EQ(0, write_knob("/proc/sys/kernel/numa_balancing", "1\n"));
+	ASSERT_EQ(0, pin_to_cpu(cpu1));
+	/* read until half the pages moved, or the time is up */
+	for (end = time(NULL) + NUMAB_SECONDS; time(NULL) < end && moved < pages / 2;) {
+		EXPECT_EQ(0, count_bad(p, pages, 1));
+		ASSERT_TRUE(page_nodes(p, pages, nodes));
+		moved = 0;
+		for (unsigned long i = 0; i < pages; i++)
+			moved += nodes[i] == 1;
+	}
+	restore_knob_list(numab_knobs, ARRAY_SIZE(numab_knobs));
+	TH_LOG("%lu of %lu pages moved to node 1 in %ld s of reads", moved,
+	       pages, NUMAB_SECONDS - (long)(end - time(NULL)));
+	EXPECT_LT(0, moved);
+	munmap(p, NUMAB_TABLES * SZ_2M);
+}
+
 TEST_HARNESS_MAIN

@@ -726,7 +726,14 @@ TEST_F_TIMEOUT(race, forks_meet_walkers, 300)
 	/* one VMA of small pages, and a THP made in it each round */
 	ASSERT_EQ(0, walk_start(&w, MADV_NORMAL, true));
 	thp = w.p + 3 * SZ_2M;
-	for (end = time(NULL) + WALK_SECONDS; time(NULL) < end; rounds++) {
+	/*
+	 * Until a round has collapsed the THP, up to three times as long: a
+	 * KASAN soak once made 2 rounds in its time, and both collapses
+	 * failed (no THP at hand under its memcg's pressure).
+	 */
+	for (end = time(NULL) + WALK_SECONDS;
+	     time(NULL) < end || (!collapsed && time(NULL) < end + 2 * WALK_SECONDS);
+	     rounds++) {
 		pid_t pid;
 
 		for (unsigned long t = 0; t < TABLES; t++)

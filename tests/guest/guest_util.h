@@ -507,6 +507,17 @@ static inline int uffd_unregister(int fd, char *p, unsigned long len)
 	return ioctl(fd, UFFDIO_UNREGISTER, &range) ? -errno : 0;
 }
 
+/* The first CPU of @node, or -1 */
+static inline int node_first_cpu(int node)
+{
+	char path[64], buf[64];
+
+	snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/cpulist", node);
+	if (read_knob(path, buf, sizeof(buf)) || !buf[0])
+		return -1;
+	return atoi(buf);
+}
+
 /* Run only on CPU @cpu from now on: 0, or -1 with errno */
 static inline int pin_to_cpu(int cpu)
 {

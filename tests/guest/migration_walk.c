@@ -865,17 +865,6 @@ static struct knob numab_knobs[] = {
 	{ .path = NUMAB_DIR "/scan_size_mb" },
 };
 
-/* The first CPU of @node, or -1 */
-static int node_first_cpu(int node)
-{
-	char path[64], buf[64];
-
-	snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/cpulist", node);
-	if (read_knob(path, buf, sizeof(buf)) || !buf[0])
-		return -1;
-	return atoi(buf);
-}
-
 /*
  * One side: word @who + 1 of every shared page counts its rounds (the other
  * side's word is not ours to check), the private pages are written and
