@@ -785,6 +785,54 @@ static int write_memcg(const char *file, const char *val)
 	return write_knob(path, val);
 }
 
+static void show_memcg_events(void)
+{
+	char line[256];
+	FILE *f = fopen(OOM_CGROUP "/memory.events", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		printf("# memory.events: %s", line);
+	if (f)
+		fclose(f);
+}
+
+#define OOM_WAIT_SECONDS	240
+
+/* Print a file of /proc/@pid, each line with @pid before it */
+static void show_proc(pid_t pid, const char *file)
+{
+	char path[64], line[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", pid, file);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		printf("# %d %s: %s", pid, file, line);
+	if (f)
+		fclose(f);
+}
+
+/*
+ * Wait up to @secs for @pid; if it still runs then, print its state, its
+ * kernel stack and the memcg's events, kill it and reap it.  true: it
+ * ended by itself, and @status says how.
+ */
+static bool wait_or_show(pid_t pid, int *status, int secs)
+{
+	for (int i = 0; i < secs * 10; i++) {
+		if (waitpid(pid, status, WNOHANG) == pid)
+			return true;
+		usleep(100 * 1000);
+	}
+	show_proc(pid, "status");
+	show_proc(pid, "wchan");
+	show_proc(pid, "stack");
+	show_memcg_events();
+	kill(pid, SIGKILL);
+	waitpid(pid, status, 0);
+	return false;
+}
+
 TEST_F_TIMEOUT(equiv, memcg_oom_meets_uncounted_tables, EQUIV_TIMEOUT)
 {
 	const unsigned long hog_len = 256 * SZ_1M;
@@ -813,7 +861,13 @@ TEST_F_TIMEOUT(equiv, memcg_oom_meets_uncounted_tables, EQUIV_TIMEOUT)
 		_exit(3);	/* not killed: the limit did not hold */
 	}
 	ASSERT_LE(0, hog);
-	ASSERT_EQ(hog, waitpid(hog, &status, 0));
+	/*
+	 * A KASAN soak saw this test pass its 300 s twice (sessions 23 and
+	 * 25), with no hung task and no splat: what the hog is doing then is
+	 * worth more than the harness's timeout.
+	 */
+	ASSERT_TRUE(wait_or_show(hog, &status, OOM_WAIT_SECONDS))
+		TH_LOG("the hog still ran after %d s", OOM_WAIT_SECONDS);
 	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
 		TH_LOG("the hog was not the OOM victim: status %#x", status);
 	close(fds[1]);
