@@ -1365,8 +1365,8 @@ static bool vma_prot_is(char *p, const char *perms)
  * be the one it met, and nothing of it may show (data, protections, locks,
  * mappings); run again without, it must succeed.  A write fault that
  * meets the failure gets VM_FAULT_OOM, is retried and the write lands.
- * clear_refs comes last: it breaks every share left.  Returns the step
- * that went wrong, 0 if none.
+ * mlockall and clear_refs come last: they break every share left.
+ * Returns the step that went wrong, 0 if none.
  */
 static int enomem_steps(char *p)
 {
@@ -1468,13 +1468,29 @@ static int enomem_steps(char *p)
 		return 72;
 	fill(p, 5 * PER_TABLE, PER_TABLE, 1);
 
-	/* 8. clear_refs soft-dirty: every share of the mm left */
-	if (!fail_nth_set(1) || write_clear_refs("4") != -1 || errno != ENOMEM)
+	/*
+	 * 8. mlockall(MCL_CURRENT): every VMA, so every share of the mm left;
+	 * nothing may be locked.  It ignores mlock_fixup()'s errors: it
+	 * returned 0 with the VMA of the failed break left unlocked.  (It
+	 * succeeds after step 9, which needs a share left.)
+	 */
+	if (!fail_nth_set(1) || mlockall(MCL_CURRENT) != -1 || errno != ENOMEM)
 		return 80;
-	if (fail_nth_get() || count_bad(p, 5 * PER_TABLE, 2 * PER_TABLE, 1))
+	if (fail_nth_get() || status_kb("VmLck:") != 0)
 		return 81;
+
+	/* 9. clear_refs soft-dirty: every share of the mm left */
+	if (!fail_nth_set(1) || write_clear_refs("4") != -1 || errno != ENOMEM)
+		return 90;
+	if (fail_nth_get() || count_bad(p, 5 * PER_TABLE, 2 * PER_TABLE, 1))
+		return 91;
 	if (write_clear_refs("4"))
-		return 82;
+		return 92;
+
+	/* 10. mlockall again, with no share left: the area locked (less step 2's) */
+	if (mlockall(MCL_CURRENT) || status_kb("VmLck:") < (AREA >> 10) - 2048 ||
+	    munlockall())
+		return 100;
 	return 0;
 }
 
@@ -1498,7 +1514,7 @@ TEST(enomem_leaves_nothing_half_done)
 	/*
 	 * fail-nth counts every fault-injection site the task reaches: keep
 	 * fail_page_alloc's out of it (no order is that high), so that the
-	 * failure lands on the break's allocation.  Under KASAN, step 8 once
+	 * failure lands on the break's allocation.  Under KASAN, step 9 once
 	 * saw clear_refs succeed: its failure had gone elsewhere, we think to
 	 * the stack depot's order-2 GFP_NOWAIT pool allocation.
 	 */
