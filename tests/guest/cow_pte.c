@@ -1427,7 +1427,9 @@ static int enomem_steps(char *p)
 		   MREMAP_MAYMOVE | MREMAP_FIXED, to) != MAP_FAILED ||
 	    errno != ENOMEM)
 		return 51;
-	if (fail_nth_get() || count_bad(p, 4 * PER_TABLE, PER_TABLE, 1))
+	/* the destination, unmapped first by MREMAP_FIXED, must still be there */
+	if (fail_nth_get() || count_bad(p, 4 * PER_TABLE, PER_TABLE, 1) ||
+	    !vma_prot_is(to, "---p"))
 		return 52;
 	if (mremap(p + 4 * SZ_2M, half * PAGE_SIZE, half * PAGE_SIZE,
 		   MREMAP_MAYMOVE | MREMAP_FIXED, to) != to ||
