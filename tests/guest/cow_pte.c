@@ -1535,6 +1535,61 @@ TEST(enomem_leaves_nothing_half_done)
 	scen_check(_metadata, &s, TABLES);
 }
 
+/*
+ * 13. A 1 GiB hugetlb page is a PUD leaf, not a PMD table: the walks that
+ * look for shared tables before a syscall changes entries (mprotect,
+ * mlockall, munmap's edges, userfaultfd registration, clear_refs) must
+ * not read its data as PMDs.  Its first qword is made to look like the PMD
+ * of a shared table (present, user, read-only, pointing at a page of
+ * zeros); mprotect and mlockall over it must leave the data alone.  The
+ * lookup they used (mm_find_pmd()) stops at a present PUD only.
+ */
+#ifndef MAP_HUGE_1GB
+#define MAP_HUGE_1GB	(30 << 26)
+#endif
+#define GIGANTIC	"/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"
+
+TEST(gigantic_page_is_no_table)
+{
+	struct knob nr = { GIGANTIC };
+	unsigned long *p, fake;
+	char *zeros, have[16];
+	int pm;
+
+	if (!cow_pte_on())
+		SKIP(return, "no COW page tables on this kernel");
+	if (access(GIGANTIC, F_OK))
+		SKIP(return, "no 1 GiB hugetlb pages");
+	save_knob_list(&nr, 1);
+	if (write_knob(GIGANTIC, "1\n") || read_knob(GIGANTIC, have, sizeof(have)) ||
+	    strcmp(have, "1")) {
+		restore_knob_list(&nr, 1);
+		SKIP(return, "no 1 GiB page at hand");
+	}
+	p = mmap(NULL, SZ_1G, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_HUGE_1GB, -1, 0);
+	zeros = mmap(NULL, PAGE_SIZE, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	ASSERT_NE(MAP_FAILED, zeros);
+	zeros[0] = 0;				/* a page of its own */
+	pm = open("/proc/self/pagemap", O_RDONLY);
+	ASSERT_LE(0, pm);
+	fake = (pagemap_entry(pm, zeros) & PM_PFN) << 12 | 0x5;	/* P|U */
+	close(pm);
+	ASSERT_NE(0x5, fake) TH_LOG("no PFN in pagemap");
+	p[0] = fake;
+
+	EXPECT_EQ(0, mprotect(p, SZ_1G, PROT_READ));
+	EXPECT_EQ(0, mprotect(p, SZ_1G, PROT_READ | PROT_WRITE));
+	EXPECT_EQ(0, mlockall(MCL_CURRENT));
+	EXPECT_EQ(0, munlockall());
+	EXPECT_EQ(fake, p[0]) TH_LOG("the page's data was taken for a PMD");
+	munmap(p, SZ_1G);
+	munmap(zeros, PAGE_SIZE);
+	restore_knob_list(&nr, 1);
+}
+
 #define SWAP_MAP_MAX	0x3e	/* swap count without a continuation */
 /*
  * 12. A break gives up a half-made copy: one page in the middle of a
