@@ -145,6 +145,16 @@ static int reap(pid_t pid)
 	return WEXITSTATUS(status);
 }
 
+/* Fork a child that exits at once, letting go of what fork gave it: 0 */
+static int fork_a_child_that_exits(void)
+{
+	pid_t pid = fork();
+
+	if (!pid)
+		_exit(0);
+	return pid < 0 ? -1 : reap(pid);
+}
+
 /*
  * 1. mmap(MAP_FIXED) over exactly the 2 MiB of a shared table that a
  * madvise(MADV_DONTFORK) has split into three VMAs.  The new mapping
@@ -1190,7 +1200,6 @@ TEST_F_TIMEOUT(equiv, parent_writes_after_the_child_let_go, EQUIV_TIMEOUT)
 	struct iovec iov;
 	char *p, *warm;
 	int fds[2];
-	pid_t pid;
 
 	p = tagged_area(LETGO_TABLES, 1);
 	ASSERT_NE(NULL, p);
@@ -1198,11 +1207,7 @@ TEST_F_TIMEOUT(equiv, parent_writes_after_the_child_let_go, EQUIV_TIMEOUT)
 	iov.iov_base = p + mid * PAGE_SIZE;
 	iov.iov_len = PAGE_SIZE;
 	ASSERT_EQ(PAGE_SIZE, vmsplice(fds[1], &iov, 1, 0));
-	pid = fork();
-	ASSERT_LE(0, pid);
-	if (!pid)
-		_exit(0);
-	ASSERT_EQ(0, reap(pid));
+	ASSERT_EQ(0, fork_a_child_that_exits());
 	if (feature)
 		EXPECT_LE(LETGO_TABLES, vmstat("cow_pte_share") - before)
 			TH_LOG("the fork did not share the tables");
@@ -1332,7 +1337,6 @@ TEST_F_TIMEOUT(equiv, numa_balancing_moves_a_last_holders_pages, EQUIV_TIMEOUT)
 	unsigned long moved = 0;
 	static int nodes[NUMAB_TABLES * PER_TABLE];
 	time_t end;
-	pid_t pid;
 	char *p;
 
 	if (cpu1 < 0 || in_soak())
@@ -1348,11 +1352,7 @@ TEST_F_TIMEOUT(equiv, numa_balancing_moves_a_last_holders_pages, EQUIV_TIMEOUT)
 		if (nodes[i] != 0)
 			SKIP(return, "page %lu came on node %d, not 0", i, nodes[i]);
 
-	pid = fork();
-	ASSERT_LE(0, pid);
-	if (!pid)
-		_exit(0);
-	ASSERT_EQ(0, reap(pid));
+	ASSERT_EQ(0, fork_a_child_that_exits());
 	if (feature)
 		EXPECT_LE(NUMAB_TABLES, vmstat("cow_pte_share") - before)
 			TH_LOG("the fork shared nothing");
