@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 
 #define KiB		1024UL
@@ -344,6 +345,26 @@ static inline int knob_set(const char *path, const char *val)
 	if (!nr_knobs++)
 		atexit(knobs_restore);
 	return write_file(path, val);
+}
+
+/* ---- COW page tables ------------------------------------------------- */
+
+#ifndef PR_SET_COW_PTE
+#define PR_SET_COW_PTE	0x43505445	/* the series' prctl (0017) */
+#endif
+
+/*
+ * Ask for COW page tables at this process's forks: 1 if the kernel has
+ * them, 0 (said in a comment) if it does not (EINVAL: vanilla).
+ */
+static inline int cow_pte_opt_in(void)
+{
+	if (!prctl(PR_SET_COW_PTE, 1, 0, 0, 0))
+		return 1;
+	if (errno != EINVAL)
+		die("prctl(PR_SET_COW_PTE): %s", strerror(errno));
+	comment("no COW page tables on this kernel: forks copy the tables");
+	return 0;
 }
 
 /* ---- mTHP ------------------------------------------------------------ */

@@ -33,7 +33,6 @@
 
 #include "bench.h"
 
-#define PR_SET_COW_PTE		0x43505445
 #define PARENT_SEED		0x5a
 #define CHILD_SEED		0xc3
 #define PARENT2_SEED		0x96
@@ -102,16 +101,6 @@ static void parse(int argc, char **argv, struct opts *o)
 	o->seq = o->size / 2 < 256 * MiB ? o->size / 2 : 256 * MiB;
 	if (o->rand > (o->size - o->seq) / PAGE_SZ)
 		o->rand = (o->size - o->seq) / PAGE_SZ;
-}
-
-static int enable_cow_pte(void)
-{
-	if (!prctl(PR_SET_COW_PTE, 1, 0, 0, 0))
-		return 1;
-	if (errno != EINVAL)
-		die("prctl(PR_SET_COW_PTE): %s", strerror(errno));
-	comment("cow-pte opt-in not supported by this kernel, running without");
-	return 0;
 }
 
 static char *setup_area(const struct opts *o)
@@ -453,7 +442,7 @@ int main(int argc, char **argv)
 	       size_str(o.seq), o.rand,
 	       o.cow_pte ? ", cow-pte requested" : "");
 	if (o.cow_pte)
-		cow_pte = enable_cow_pte();
+		cow_pte = cow_pte_opt_in();
 	p = setup_area(&o);
 	idx = rand_pages(&o);
 	phase_fork_exit(&o, p, &pr);

@@ -52,6 +52,16 @@ BENCHES = [
     _b("migrate-0", "migrate", "bench_migrate", "--children", "0"),
     _b("migrate-1000", "migrate", "bench_migrate", timeout=1800),
     _b("migrate-1000-mthp64", "migrate", "bench_migrate", "--mthp64", timeout=1800),
+    # move_pages() of 64 MiB that a forked child maps too: the IPIs it sends
+    # (counts), with the child's tables shared where the kernel can, and copied
+    _b("flush", "flush", "bench_flush", "--cow-pte"),
+    _b("flush-private", "flush", "bench_flush"),
+    # mprotect() and MADV_FREE of a 64 TiB PROT_NONE area: the walks before
+    # a syscall changes entries, with the kernel's default vm.cow_pte (opt-in,
+    # nobody opted in), with 0, and in an mm that holds shared tables
+    _b("walk", "walk", "bench_walk"),
+    _b("walk-off", "walk", "bench_walk", "--no-cow-pte"),
+    _b("walk-shared", "walk", "bench_walk", "--shared"),
     _b("teardown-4k", "teardown", "bench_teardown", "--folio", "4k"),
     _b("teardown-64k", "teardown", "bench_teardown", "--folio", "64k"),
     _b("teardown-2m", "teardown", "bench_teardown", "--folio", "2m"),

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <numaif.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -926,6 +927,134 @@ TEST(shared_table_moved_by_mremap_changes_in_place)
 	scen_check(_metadata, &s, TABLES);
 }
 
+/*
+ * 10c. swapoff copies only the shared tables it swaps entries in for
+ * (vanilla allocates nothing there): a swapoff that swaps in a private
+ * area of the parent (so that it walks the swap users' list, mmlist, where
+ * the share put both holders) ends no share of the tables fork shared,
+ * which hold no swap entry.  The counters are the whole system's: the
+ * swapoff that broke every shared table ended TABLES shares of this test
+ * alone; fewer allow for another process's break meanwhile.
+ */
+TEST(swapoff_breaks_only_what_it_swaps_in)
+{
+	struct counters before, d;
+	struct chan ch;
+	char dev[128], *priv;
+	struct scen s;
+	pid_t pid;
+
+	if (!swap_device(dev, sizeof(dev)))
+		SKIP(return, "no swap");
+	scen_setup(_metadata, &s);
+	if (!s.feature)
+		SKIP(return, "no COW page tables on this kernel");
+	ASSERT_EQ(0, chan_open(&ch));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		chan_get(ch.down[0]);	/* the swapoff is done */
+		_exit(count_bad(s.p, 0, PAGES, 1) ? 1 : 0);
+	}
+	priv = map_aligned(SZ_2M, SZ_2M, PROT_READ | PROT_WRITE);
+	ASSERT_NE(NULL, priv);
+	memset(priv, 0x5a, SZ_2M);
+	ASSERT_EQ(0, madvise(priv, SZ_2M, MADV_PAGEOUT));
+	read_counters(&before);
+	ASSERT_EQ(0, swapoff(dev)) TH_LOG("swapoff %s: %s", dev,
+					   strerror(errno));
+	ASSERT_EQ(0, swapon(dev, 0)) TH_LOG("swapon %s: %s", dev,
+					     strerror(errno));
+	counters_since(_metadata, &before, &d);
+	EXPECT_GT(TABLES, d.v[BREAK] + d.v[REUSE] + d.v[ADOPT])
+		TH_LOG("swapoff ended shares of tables without swap entries");
+	EXPECT_EQ(0, memcmp(priv, priv + 1, SZ_2M - 1));
+	chan_put(ch.down[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's data changed");
+	ASSERT_EQ(0, munmap(priv, SZ_2M));
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES);
+}
+
+/*
+ * 10d. swapoff after a swapoff emptied the swap users' list: a swapoff
+ * that leaves no swap in use (here, one that had none to bring back)
+ * takes every mm off it, the holders of shared tables too (they joined it
+ * at fork).  Reclaim then swaps the shared pages out through one holder's
+ * VMA and puts that mm back on the list, as vanilla does with each mm
+ * whose entry it replaces: the other holder of the table must go back on
+ * it too, or the next swapoff breaks the first one's share, swaps its copy
+ * in, and never finds the other's entries: it retries until a signal (an
+ * alarm after 30 s) stops it with EINTR.  Only the shared area's pages are
+ * charged to CGROUP: the parent fills it there, and both sides run in the
+ * root cgroup from the fork on, so that nothing else of theirs is swapped
+ * out (which would put them back on the list on its own).  One swap device
+ * only: the list is emptied when none has swap in use.
+ */
+static int swap_devices(void)
+{
+	FILE *f = fopen("/proc/swaps", "r");
+	char line[256];
+	int n = -1;		/* the header */
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n++;
+	fclose(f);
+	return n < 0 ? 0 : n;
+}
+
+TEST(swapoff_after_the_list_was_emptied)
+{
+	struct sigaction sa = { .sa_handler = on_alarm };
+	unsigned long swapped = 0;
+	struct chan ch;
+	char dev[128];
+	struct scen s;
+	int ret, err;
+	pid_t pid;
+
+	if (!swap_device(dev, sizeof(dev)) || swap_devices() != 1)
+		SKIP(return, "needs exactly one swap device");
+	if (!enter_memcg(CGROUP))
+		SKIP(return, "no memory cgroup at " CGROUP);
+	scen_setup(_metadata, &s);
+	ASSERT_EQ(0, move_to_cgroup(CGROUP_ROOT));
+	ASSERT_EQ(0, chan_open(&ch));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		chan_get(ch.down[0]);	/* the second swapoff is done */
+		_exit(count_bad(s.p, 0, PAGES, 1) ? 1 : 0);
+	}
+	ASSERT_EQ(0, swapoff(dev)) TH_LOG("swapoff %s: %s", dev,
+					   strerror(errno));
+	ASSERT_EQ(0, swapon(dev, 0)) TH_LOG("swapon %s: %s", dev,
+					     strerror(errno));
+	for (int i = 0; i < 20 && swapped < PAGES / 2; i++) {
+		memcg_reclaim(CGROUP, "32M");
+		swapped = count_pagemap(s.p, PAGES, PM_SWAP);
+	}
+	TH_LOG("%lu of %lu pages swapped out", swapped, PAGES);
+	EXPECT_LE(PAGES / 2, swapped);
+	ASSERT_EQ(0, sigaction(SIGALRM, &sa, NULL));
+	alarm(30);
+	ret = swapoff(dev);
+	err = errno;
+	alarm(0);
+	if (!ret)
+		EXPECT_EQ(0, swapon(dev, 0)) TH_LOG("swapon %s: %s", dev,
+						     strerror(errno));
+	chan_put(ch.down[1]);
+	EXPECT_EQ(0, ret) TH_LOG("swapoff %s: %s", dev, strerror(err));
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's data changed");
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1));
+	leave_memcg(CGROUP);
+	ASSERT_EQ(0, munmap(s.p, AREA));
+	scen_check(_metadata, &s, TABLES);
+}
+
 #define ZRAM_CONTROL	"/sys/class/zram-control/"
 
 /* A new zram disk of @size ("1M"): its id, or -1 */
@@ -1597,6 +1726,80 @@ TEST(gigantic_page_is_no_table)
 	munmap(p, SZ_1G);
 	munmap(zeros, PAGE_SIZE);
 	restore_knob_list(&nr, 1);
+}
+
+/*
+ * 19b. The walk that breaks shares before a syscall changes entries skips
+ * what no PGD, P4D or PUD entry maps, and nothing else: a 1 TiB
+ * reservation of which only the last 16 MiB is written (the first 512 GiB
+ * have no top-level entry), shared by fork, then mprotect(PROT_NONE) of
+ * all of it.  A read of the written part must fault (vanilla: SIGSEGV).
+ * Each level's end is taken within the one above: on a kernel built with
+ * 4-level page tables p4d_addr_end() returns the end it is given, and a
+ * walk that took it from the range's end stopped at the first empty top-
+ * level entry; it then left the shared tables readable (this guest's
+ * kernel has 5 levels, where that walk would pass too).
+ */
+static sigjmp_buf probe_env;
+
+static void probe_fault(int sig)
+{
+	siglongjmp(probe_env, 1);
+}
+
+/* Can this process read @p? */
+static bool readable(const volatile char *p)
+{
+	struct sigaction sa = { .sa_handler = probe_fault }, old;
+	bool ok = false;
+
+	sigaction(SIGSEGV, &sa, &old);
+	if (!sigsetjmp(probe_env, 1)) {
+		(void)*p;
+		ok = true;
+	}
+	sigaction(SIGSEGV, &old, NULL);
+	return ok;
+}
+
+#define RESERVATION	(1UL << 40)
+
+TEST(mprotect_of_a_sparse_reservation)
+{
+	unsigned long len = RESERVATION + SZ_2M;
+	struct chan ch;
+	struct scen s;
+	char *raw, *res;
+	pid_t pid;
+
+	raw = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	ASSERT_NE(MAP_FAILED, raw);
+	res = (char *)(((unsigned long)raw + SZ_2M - 1) & ~(SZ_2M - 1UL));
+	s.feature = cow_pte_on();
+	s.p = res + RESERVATION - AREA;
+	ASSERT_EQ(0, madvise(s.p, AREA, MADV_NOHUGEPAGE));
+	fill(s.p, 0, PAGES, 1);
+	if (s.feature)
+		ASSERT_EQ(0, prctl(PR_SET_COW_PTE, 1, 0, 0, 0));
+	s.pagetables = pagetables_kb();
+	read_counters(&s.before);
+	ASSERT_EQ(0, chan_open(&ch));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		chan_get(ch.down[0]);	/* the parent's mprotect() is done */
+		_exit(count_bad(s.p, 0, PAGES, 1) ? 1 : 0);
+	}
+	ASSERT_EQ(0, mprotect(res, RESERVATION, PROT_NONE));
+	EXPECT_FALSE(readable(s.p + AREA - PAGE_SIZE))
+		TH_LOG("a page read after mprotect(PROT_NONE)");
+	ASSERT_EQ(0, mprotect(res, RESERVATION, PROT_READ));
+	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1));
+	chan_put(ch.down[1]);
+	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's data changed");
+	ASSERT_EQ(0, munmap(raw, len));
+	scen_check(_metadata, &s, TABLES);
 }
 
 #define SWAP_MAP_MAX	0x3e	/* swap count without a continuation */
