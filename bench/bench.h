@@ -27,6 +27,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <numa.h>
+#include <numaif.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
@@ -347,11 +349,83 @@ static inline int knob_set(const char *path, const char *val)
 	return write_file(path, val);
 }
 
+/* ---- interrupts and NUMA ---------------------------------------------- */
+
+/*
+ * The sum over the CPUs of the /proc/interrupts line named @name ("TLB:",
+ * "CAL:"): the whole machine's, not this process's; -1 if there is none
+ */
+static inline long long irq_sum(const char *name)
+{
+	FILE *f = fopen("/proc/interrupts", "re");
+	size_t len = strlen(name);
+	long long sum = -1;
+	char line[4096];
+
+	while (f && fgets(line, sizeof(line), f)) {
+		char *s = line, *end;
+
+		while (*s == ' ')
+			s++;
+		if (strncmp(s, name, len))
+			continue;
+		sum = 0;
+		for (s += len;; s = end) {
+			long long v = strtoll(s, &end, 10);
+
+			if (end == s)
+				break;
+			sum += v;
+		}
+		break;
+	}
+	if (f)
+		fclose(f);
+	return sum;
+}
+
+/* Skip (exit 4) unless nodes 0 and 1 both have memory */
+static inline void need_two_nodes(void)
+{
+	if (numa_available() < 0)
+		skip("NUMA not available");
+	if (numa_max_node() < 1 || numa_node_size64(1, NULL) <= 0)
+		skip("needs 2 NUMA nodes with memory");
+}
+
+/* The pages of [@p, @p + @n pages) not on @node (a move_pages() query) */
+static inline long pages_off_node(char *p, unsigned long n, int node)
+{
+	void **pages = calloc(n, sizeof(*pages));
+	int *status = calloc(n, sizeof(*status));
+	unsigned long i, first = 0;
+	long off = 0;
+
+	if (!pages || !status)
+		die_errno("calloc");
+	for (i = 0; i < n; i++)
+		pages[i] = p + i * PAGE_SZ;
+	if (move_pages(0, n, pages, NULL, status, 0))
+		die("move_pages query: %s", strerror(errno));
+	for (i = n; i-- > 0; )
+		if (status[i] != node) {
+			off++;
+			first = i;
+		}
+	if (off)
+		comment("first page off node %d: index %lu, status %d", node,
+			first, status[first]);
+	free(pages);
+	free(status);
+	return off;
+}
+
 /* ---- COW page tables ------------------------------------------------- */
 
 #ifndef PR_SET_COW_PTE
 #define PR_SET_COW_PTE	0x43505445	/* the series' prctl (0017) */
 #endif
+#define COW_PTE_SYSCTL	"/proc/sys/vm/cow_pte"
 
 /*
  * Ask for COW page tables at this process's forks: 1 if the kernel has

@@ -4,16 +4,21 @@
  * a child forked after they were written still maps them (its page tables
  * shared with --cow-pte where the kernel can, else copied by fork).
  *
- * The parent binds N bytes (MADV_NOHUGEPAGE) to node 0 and fills them,
- * forks a child that waits on another CPU, and moves every page to node 1
- * with move_pages(MPOL_MF_MOVE_ALL) (the pages are the child's too).  The
- * interrupt counts of /proc/interrupts are read, summed over the CPUs,
- * just before and after the call: function-call IPIs ("CAL", which
- * flush_tlb_all() sends to every CPU) and TLB shootdowns ("TLB").
+ * The parent binds N bytes (MADV_NOHUGEPAGE) to node 0 and fills them on
+ * CPU 0, and forks a child that spins in user space on CPU 1 until the
+ * move is done (running, never blocked on a page under migration, so that
+ * its CPU is not in lazy TLB mode, which flushes skip: each flush of the
+ * child's mm must reach it), then checks its data.  The parent
+ * moves every page to node 1 with move_pages(MPOL_MF_MOVE_ALL) (the pages
+ * are the child's too).  The interrupt counts of /proc/interrupts are
+ * read, summed over the CPUs, just before and after the call:
+ * function-call IPIs ("CAL", which flush_tlb_all() sends to every CPU)
+ * and TLB shootdowns ("TLB").
  *
  * Metrics: `call_ipis_per_page`, `tlb_ipis_per_page` (the counts' growth
- * over the pages moved), `move_ms` (the call's time).  Counts are exact
- * under TCG, times are not.
+ * over the pages moved), `move_ms` (the call's time).  The counts are the
+ * whole guest's (other IPIs in that time are in them), not times: under
+ * TCG they move little between runs.
  *
  * Verify: every page on node 0 before and on node 1 after the move (a
  * move_pages() query), the parent's data intact, and the child finds the
@@ -23,10 +28,9 @@
  * kernel has no COW page tables).  Sizes: 8M / 64M / 256M.
  */
 #include <getopt.h>
-#include <numa.h>
-#include <numaif.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include "bench.h"
@@ -60,57 +64,13 @@ static void parse(int argc, char **argv, struct opts *o)
 	o->size = sz == SIZE_QUICK ? 8 * MiB : sz == SIZE_DEFAULT ? 64 * MiB : 256 * MiB;
 }
 
-/* The sum over the CPUs of the /proc/interrupts line named @name ("CAL:") */
 static long long irq_count(const char *name)
 {
-	FILE *f = fopen("/proc/interrupts", "re");
-	size_t len = strlen(name);
-	long long sum = -1;
-	char line[4096];
+	long long n = irq_sum(name);
 
-	if (!f)
-		die_errno("/proc/interrupts");
-	while (fgets(line, sizeof(line), f)) {
-		char *p = line, *end;
-
-		while (*p == ' ')
-			p++;
-		if (strncmp(p, name, len))
-			continue;
-		sum = 0;
-		for (p += len;; p = end) {
-			long long v = strtoll(p, &end, 10);
-
-			if (end == p)
-				break;
-			sum += v;
-		}
-		break;
-	}
-	fclose(f);
-	if (sum < 0)
+	if (n < 0)
 		die("no %s line in /proc/interrupts", name);
-	return sum;
-}
-
-/* Pages of @p (@n) not on @node; every page is asked about */
-static unsigned long off_node(char *p, unsigned long n, int node)
-{
-	void **pages = calloc(n, sizeof(*pages));
-	int *status = calloc(n, sizeof(*status));
-	unsigned long off = 0;
-
-	if (!pages || !status)
-		die_errno("calloc");
-	for (unsigned long i = 0; i < n; i++)
-		pages[i] = p + i * PAGE_SZ;
-	if (move_pages(0, n, pages, NULL, status, 0))
-		die("move_pages query: %s", strerror(errno));
-	for (unsigned long i = 0; i < n; i++)
-		off += status[i] != node;
-	free(pages);
-	free(status);
-	return off;
+	return n;
 }
 
 static unsigned long bad_pages(char *p, unsigned long n)
@@ -135,8 +95,10 @@ static void on_cpu(int cpu)
 int main(int argc, char **argv)
 {
 	unsigned long n, mask = 1, bad;
+	long off;
 	long long cal0, cal1, tlb0, tlb1;
-	int go[2], status, *nodes, *st;
+	int status, *nodes, *st;
+	volatile int *stop;
 	void **pages;
 	uint64_t t0, t1;
 	struct opts o;
@@ -147,8 +109,7 @@ int main(int argc, char **argv)
 	parse(argc, argv, &o);
 	n = o.size / PAGE_SZ;
 	comment("sizes: %zu MiB%s", o.size / MiB, o.cow_pte ? ", cow-pte requested" : "");
-	if (numa_available() < 0 || numa_max_node() < 1 || numa_node_size64(1, NULL) <= 0)
-		skip("needs two NUMA nodes with memory");
+	need_two_nodes();
 	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
 		skip("needs two CPUs");
 	on_cpu(0);
@@ -159,24 +120,29 @@ int main(int argc, char **argv)
 		die_errno("mbind node 0");
 	for (unsigned long i = 0; i < n; i++)
 		*(uint64_t *)(p + i * PAGE_SZ) = pattern(SEED, i);
-	if (off_node(p, n, 0))
+	if (pages_off_node(p, n, 0))
 		verify_failed("pages not on node 0 before the move");
 	if (o.cow_pte)
 		metric("cow_pte_enabled", cow_pte_opt_in(), "count", "higher");
 
-	if (pipe(go))
-		die_errno("pipe");
+	stop = mmap(NULL, PAGE_SZ, PROT_READ | PROT_WRITE,
+		    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (stop == MAP_FAILED)
+		die_errno("mmap");
+	*stop = 0;
 	pid = fork();
 	if (pid < 0)
 		die_errno("fork");
 	if (!pid) {
-		char c;
+		uint64_t sum = 0;
 
 		bench_child = 1;
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		on_cpu(1);
-		if (read(go[0], &c, 1) != 1)
-			_exit(2);
-		_exit(bad_pages(p, n) ? 1 : 0);
+		*stop = 1;		/* running */
+		while (*stop == 1)	/* in user space, never blocked */
+			sum++;
+		_exit(bad_pages(p, n) || !sum ? 1 : 0);
 	}
 
 	pages = calloc(n, sizeof(*pages));
@@ -188,7 +154,8 @@ int main(int argc, char **argv)
 		pages[i] = p + i * PAGE_SZ;
 		nodes[i] = 1;
 	}
-	usleep(100 * 1000);		/* the child is asleep on CPU 1 */
+	while (*stop != 1)		/* the child reads on CPU 1 */
+		usleep(1000);
 	cal0 = irq_count("CAL:");
 	tlb0 = irq_count("TLB:");
 	t0 = now_ns();
@@ -198,16 +165,15 @@ int main(int argc, char **argv)
 	cal1 = irq_count("CAL:");
 	tlb1 = irq_count("TLB:");
 
-	if (write(go[1], "x", 1) != 1)
-		die_errno("write");
+	*stop = 2;
 	if (waitpid(pid, &status, 0) != pid)
 		die_errno("waitpid");
 	bad = bad_pages(p, n);
 	comment("CAL %lld -> %lld, TLB %lld -> %lld over %lu pages", cal0, cal1,
 		tlb0, tlb1, n);
-	if (off_node(p, n, 1))
-		verify_failed("%lu of %lu pages not on node 1 after the move",
-			      off_node(p, n, 1), n);
+	off = pages_off_node(p, n, 1);
+	if (off)
+		verify_failed("%ld of %lu pages not on node 1 after the move", off, n);
 	if (bad)
 		verify_failed("%lu pages of the parent changed", bad);
 	if (!WIFEXITED(status) || WEXITSTATUS(status))

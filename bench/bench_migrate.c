@@ -87,14 +87,6 @@ static void kill_kids(void)
 	nr_kids = 0;
 }
 
-static void check_numa(void)
-{
-	if (numa_available() < 0)
-		skip("NUMA not available");
-	if (numa_max_node() < 1 || numa_node_size64(1, NULL) <= 0)
-		skip("needs 2 NUMA nodes with memory");
-}
-
 static void set_mthp64(void)
 {
 	int ret;
@@ -152,29 +144,6 @@ static unsigned long count_bad(const char *p, uint64_t seed)
 		       p[i * PAGE_SZ + PAGE_SZ / 2] != (char)((seed & 0xff) | 1);
 	}
 	return bad;
-}
-
-/* pages of p not on node; -1 if move_pages() cannot tell */
-static long pages_off_node(char *p, int node)
-{
-	static void *pages[NPAGES];
-	static int status[NPAGES];
-	unsigned long i, first = 0;
-	long off = 0;
-
-	for (i = 0; i < NPAGES; i++)
-		pages[i] = p + i * PAGE_SZ;
-	if (move_pages(0, NPAGES, pages, NULL, status, 0))
-		die("move_pages query: %s", strerror(errno));
-	for (i = NPAGES; i-- > 0; )
-		if (status[i] != node) {
-			off++;
-			first = i;
-		}
-	if (off)
-		comment("first page off node %d: index %lu, status %d", node,
-			first, status[first]);
-	return off;
 }
 
 static void __noreturn
@@ -297,7 +266,7 @@ int main(int argc, char **argv)
 	parse(argc, argv, &o);
 	printf("# sizes: buffer %s (%s), %d children\n", size_str(BUF_SIZE),
 	       o.mthp64 ? "64K mTHP" : "4K", o.children);
-	check_numa();
+	need_two_nodes();
 	if (o.mthp64)
 		set_mthp64();
 	kids = calloc(o.children + 1, sizeof(*kids));
@@ -306,7 +275,7 @@ int main(int argc, char **argv)
 	raise_limits(o.children);
 	atexit(kill_kids);
 	p = setup_buffer(&o);
-	off = pages_off_node(p, 0);
+	off = pages_off_node(p, NPAGES, 0);
 	if (off)
 		verify_failed("%ld of %lu pages not on node 0 before the move",
 			      off, NPAGES);
@@ -314,7 +283,7 @@ int main(int argc, char **argv)
 	t0 = now_ns();
 	bind_to(p, 1, MPOL_MF_MOVE);
 	ms = (now_ns() - t0) / 1e6;
-	off = pages_off_node(p, 1);
+	off = pages_off_node(p, NPAGES, 1);
 	failed = reap(go_w);
 	if (off)
 		verify_failed("%ld of %lu pages not on node 1 after mbind",

@@ -99,34 +99,6 @@ static int touch_check(char *page, uint64_t seed, uint64_t idx)
 	return *w != pattern(seed, idx);
 }
 
-/* The sum of the "TLB" line of /proc/interrupts over all CPUs */
-static long long tlb_shootdowns(void)
-{
-	char line[4096];
-	long long sum = -1;
-	FILE *f = fopen("/proc/interrupts", "r");
-
-	while (f && fgets(line, sizeof(line), f)) {
-		char *s = line, *end;
-
-		while (*s == ' ')
-			s++;
-		if (strncmp(s, "TLB:", 4))
-			continue;
-		sum = 0;
-		for (s += 4;; s = end) {
-			long long v = strtoll(s, &end, 10);
-
-			if (end == s)
-				break;
-			sum += v;
-		}
-	}
-	if (f)
-		fclose(f);
-	return sum;
-}
-
 /* ---- --tlb ----------------------------------------------------------- */
 
 /* A thread that keeps its CPU in the mm: writes its own 64 KiB */
@@ -167,7 +139,7 @@ static void run_tlb(const struct opts *o)
 	for (int i = 0; i < nr; i++)
 		if (pthread_create(&t[i], NULL, i < o->cpus ? spinner : sleeper, NULL))
 			die_errno("pthread_create");
-	irq0 = tlb_shootdowns();
+	irq0 = irq_sum("TLB:");
 	for (unsigned long r = 0; r < o->rounds; r++) {
 		uint64_t t0;
 
@@ -177,7 +149,7 @@ static void run_tlb(const struct opts *o)
 		do_madvise(p, TLB_PURGE, MADV_DONTNEED, "MADV_DONTNEED");
 		ns += now_ns() - t0;
 	}
-	irq = tlb_shootdowns();
+	irq = irq_sum("TLB:");
 	__atomic_store_n(&sh.stop, 1, __ATOMIC_RELAXED);
 	for (int i = 0; i < nr; i++)
 		pthread_join(t[i], NULL);

@@ -48,7 +48,6 @@
 #define VALUE_SIZE	1024
 #define SAVES		3
 #define MAX_SAMPLES	(2UL << 20)
-#define COW_PTE_SYSCTL	"/proc/sys/vm/cow_pte"
 #define USAGE		"usage: %s [--quick|--full] [--keys N] [--cow-pte]\n"
 
 struct opts {

@@ -33,7 +33,6 @@
 
 #include "bench.h"
 
-#define COW_PTE_SYSCTL	"/proc/sys/vm/cow_pte"
 #define SHARED_SIZE	(16 * MiB)
 #define VMPTE_SLACK_KB	8
 
