@@ -666,6 +666,30 @@ static void on_alarm(int sig)
 }
 
 /*
+ * swapoff @dev, stopped by an alarm after @secs if it takes longer (0: no
+ * alarm), then swapon @dev again if it went: 0, or swapoff's errno (EINTR:
+ * it did not finish in time).
+ */
+static int swapoff_and_back(struct __test_metadata *_metadata,
+			    const char *dev, unsigned int secs)
+{
+	struct sigaction sa = { .sa_handler = on_alarm };
+	int ret, err;
+
+	if (sigaction(SIGALRM, &sa, NULL))
+		return errno;
+	alarm(secs);
+	ret = swapoff(dev);
+	err = errno;
+	alarm(0);
+	if (ret)
+		return err;
+	EXPECT_EQ(0, swapon(dev, 0)) TH_LOG("swapon %s: %s", dev,
+					     strerror(errno));
+	return 0;
+}
+
+/*
  * 7b. swapoff finds swap entries in a table only a child holds: the parent
  * swapped the area out and forked (the child shares its tables and their
  * swap entries, reading none of them), then let go of the area.  swapoff
@@ -676,11 +700,10 @@ static void on_alarm(int sig)
  */
 TEST(swapoff_finds_a_child_holding_swap_entries)
 {
-	struct sigaction sa = { .sa_handler = on_alarm };
 	struct chan ch;
 	char dev[128];
 	struct scen s;
-	int ret, err;
+	int err;
 	pid_t pid;
 
 	if (!swap_device(dev, sizeof(dev)))
@@ -695,16 +718,9 @@ TEST(swapoff_finds_a_child_holding_swap_entries)
 		_exit(count_bad(s.p, 0, PAGES, 1) ? 1 : 0);
 	}
 	ASSERT_EQ(0, munmap(s.p, AREA));
-	ASSERT_EQ(0, sigaction(SIGALRM, &sa, NULL));
-	alarm(15);
-	ret = swapoff(dev);
-	err = errno;
-	alarm(0);
-	if (!ret)
-		EXPECT_EQ(0, swapon(dev, 0)) TH_LOG("swapon %s: %s", dev,
-						     strerror(errno));
+	err = swapoff_and_back(_metadata, dev, 15);
 	chan_put(ch.down[1]);
-	EXPECT_EQ(0, ret) TH_LOG("swapoff %s: %s", dev, strerror(err));
+	EXPECT_EQ(0, err) TH_LOG("swapoff %s: %s", dev, strerror(err));
 	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's data changed");
 	scen_check(_metadata, &s, TABLES);
 }
@@ -961,7 +977,7 @@ TEST(swapoff_breaks_only_what_it_swaps_in)
 	struct chan ch;
 	char dev[128], *priv;
 	struct scen s;
-	int ret, err;
+	int err;
 	long ended;
 	pid_t pid;
 
@@ -985,12 +1001,8 @@ TEST(swapoff_breaks_only_what_it_swaps_in)
 	EXPECT_LT(0, count_pagemap(priv, PER_TABLE, PM_SWAP))
 		TH_LOG("nothing of the private area swapped out");
 	read_counters(&before);
-	ret = swapoff(dev);
-	err = errno;
-	if (!ret)
-		EXPECT_EQ(0, swapon(dev, 0)) TH_LOG("swapon %s: %s", dev,
-						     strerror(errno));
-	EXPECT_EQ(0, ret) TH_LOG("swapoff %s: %s", dev, strerror(err));
+	err = swapoff_and_back(_metadata, dev, 0);
+	EXPECT_EQ(0, err) TH_LOG("swapoff %s: %s", dev, strerror(err));
 	counters_since(_metadata, &before, &d);
 	ended = d.v[BREAK] + d.v[REUSE] + d.v[ADOPT];
 	EXPECT_GT(in_soak() ? TABLES : 1, ended)
@@ -1022,12 +1034,11 @@ TEST(swapoff_breaks_only_what_it_swaps_in)
  */
 TEST(swapoff_after_the_list_was_emptied)
 {
-	struct sigaction sa = { .sa_handler = on_alarm };
 	unsigned long swapped = 0;
 	struct chan ch;
 	char dev[128];
 	struct scen s;
-	int ret, err;
+	int err;
 	pid_t pid;
 
 	if (swap_devices(dev, sizeof(dev)) != 1)
@@ -1044,28 +1055,17 @@ TEST(swapoff_after_the_list_was_emptied)
 		chan_get(ch.down[0]);	/* the second swapoff is done */
 		_exit(count_bad(s.p, 0, PAGES, 1) ? 1 : 0);
 	}
-	ret = swapoff(dev);
-	err = errno;
-	if (!ret)
-		ret = swapon(dev, 0);
-	ASSERT_EQ(0, ret) TH_LOG("swapoff or swapon %s: %s", dev,
-				 strerror(ret ? errno : err));
+	err = swapoff_and_back(_metadata, dev, 0);
+	ASSERT_EQ(0, err) TH_LOG("swapoff %s: %s", dev, strerror(err));
 	for (int i = 0; i < 20 && swapped < PAGES / 2; i++) {
 		memcg_reclaim(CGROUP, "32M");
 		swapped = count_pagemap(s.p, PAGES, PM_SWAP);
 	}
 	TH_LOG("%lu of %lu pages swapped out", swapped, PAGES);
 	EXPECT_LE(PAGES / 2, swapped);
-	ASSERT_EQ(0, sigaction(SIGALRM, &sa, NULL));
-	alarm(30);
-	ret = swapoff(dev);
-	err = errno;
-	alarm(0);
-	if (!ret)
-		EXPECT_EQ(0, swapon(dev, 0)) TH_LOG("swapon %s: %s", dev,
-						     strerror(errno));
+	err = swapoff_and_back(_metadata, dev, 30);
 	chan_put(ch.down[1]);
-	EXPECT_EQ(0, ret) TH_LOG("swapoff %s: %s", dev, strerror(err));
+	EXPECT_EQ(0, err) TH_LOG("swapoff %s: %s", dev, strerror(err));
 	EXPECT_EQ(0, reap(pid)) TH_LOG("the child's data changed");
 	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1));
 	leave_memcg(CGROUP);
