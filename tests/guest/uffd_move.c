@@ -1019,8 +1019,8 @@ static void against_migration(struct __test_metadata *_metadata, bool thp)
 {
 	unsigned long n = thp ? SZ_2M / PAGE_SIZE : NPAGES;
 	unsigned long rounds = 0, bad = 0;
-	long end = now_ms() + 8000;
 	struct migrator m;
+	long end;
 	struct area a;
 	pthread_t t;
 
@@ -1031,7 +1031,12 @@ static void against_migration(struct __test_metadata *_metadata, bool thp)
 	ASSERT_EQ(0, area_init(&a, SZ_2M, thp, 0, false));
 	m = (struct migrator){ .p = a.src };
 	ASSERT_EQ(0, pthread_create(&t, NULL, migrate_loop, &m));
-	while (now_ms() < end) {
+	/*
+	 * 8 s of moves from here, and one at least: under KASAN in a soak the
+	 * setup above once took longer than the 8 s counted from the start.
+	 */
+	end = now_ms() + 8000;
+	while (now_ms() < end || !rounds) {
 		unsigned long len = thp && (rounds & 1) ? SZ_1M : n * PAGE_SIZE;
 		int ret;
 
