@@ -49,6 +49,7 @@
 #define SHMEM_THP	THP_DIR "/shmem_enabled"
 #define NUMA_BALANCING	"/proc/sys/kernel/numa_balancing"
 #define KSM_RUN		"/sys/kernel/mm/ksm/run"
+#define SHRINK_UNDERUSED THP_DIR "/shrink_underused"
 
 #define KPF_COMPOUND_HEAD	15
 #define KPF_COMPOUND_TAIL	16
@@ -62,6 +63,7 @@ static struct knob knobs[] = {
 	{ .path = MTHP_64K },
 	{ .path = MTHP_2M },
 	{ .path = SHMEM_THP },
+	{ .path = SHRINK_UNDERUSED },
 };
 
 static void __attribute__((constructor)) save_knobs(void)
@@ -1479,6 +1481,172 @@ TEST_F_TIMEOUT(stress, fork_exit_unmap_dontneed_mremap, 240)
 	} else {
 		EXPECT_LT(walk_before, vmstat(WALK_VMSTAT));
 	}
+}
+
+/* --- 7. a migrated THP goes back on the deferred split queue --------- */
+
+/*
+ * migrate_folio_move() puts the destination of a THP that was on the
+ * deferred split queue (every THP is, from its fault on, while
+ * shrink_underused is on) back on the queue, "not partially mapped" as the
+ * source was.  6.12.117 did that after remove_migration_ptes(): a
+ * MADV_DONTNEED of one page that lands between the restore of the PMD and
+ * the requeue splits the PMD, marks the folio partially mapped and queues
+ * it, and the requeue then trips VM_WARN_ON_FOLIO(partially mapped) in
+ * deferred_split_folio() (seen in a KASAN soak, 2026-11-28, and upstream by
+ * syzbot).  What fails here is that warning: a splat fails the run.
+ *
+ * The window is the rest of the restore walk.  REQUEUE_KIDS children forked
+ * the area and dropped it: their VMAs stay in the anon_vma tree after the
+ * parent's, and the full walk (the early exit off, as vanilla walks) visits
+ * each of them after the parent's PMD is back.  A thread polls the node of
+ * the first page and zaps the second page as soon as the first is on the
+ * target node.  Before the fix, 480 of 509 rounds warned (debug, 128
+ * children); the test fails if no zap landed while move_pages() ran, since
+ * then it tested nothing.
+ */
+#define REQUEUE_KIDS	128
+#define REQUEUE_SECONDS	10
+#define REQUEUE_ENOUGH	64	/* zaps inside move_pages(): enough rounds */
+#define REQUEUE_SEED	0x5e9u
+
+struct requeue {
+	char *p;
+	volatile int round;	/* move_pages() of this round started */
+	volatile int done;	/* the zapper is through with this round */
+	volatile int moving;	/* move_pages() has not returned yet */
+	volatile int target;
+	volatile int stop;
+	volatile bool zapped;	/* this round's zap happened */
+	unsigned long inside;	/* zaps that returned before move_pages() */
+};
+
+static void *requeue_zapper(void *arg)
+{
+	struct requeue *r = arg;
+	int seen = 0;
+
+	for (;;) {
+		void *first = r->p;
+		int node;
+
+		while (r->round == seen && !r->stop)
+			;
+		if (r->stop)
+			return NULL;
+		seen = r->round;
+		r->zapped = false;
+		while (r->moving) {
+			if (move_pages(0, 1, &first, NULL, &node, 0) ||
+			    node != r->target)
+				continue;
+			if (madvise(r->p + PAGE_SIZE, PAGE_SIZE, MADV_DONTNEED))
+				break;
+			r->inside += r->moving;
+			r->zapped = true;
+			break;
+		}
+		r->done = seen;
+	}
+}
+
+FIXTURE(requeue) {
+};
+
+FIXTURE_SETUP(requeue)
+{
+}
+
+FIXTURE_TEARDOWN(requeue)
+{
+	restore_knobs();
+}
+
+TEST_F_TIMEOUT(requeue, thp_back_on_the_queue_before_it_is_mapped, 240)
+{
+	struct requeue r = { .target = -1 };
+	time_t end = time(NULL) + REQUEUE_SECONDS;
+	unsigned long rounds = 0, no_thp = 0, unmoved = 0, bad = 0;
+	long thp_before = vmstat("thp_migration_success");
+	int go[2];
+	pthread_t zapper;
+
+	if (!prepare_migration(_metadata))
+		return;
+	if (access(MTHP_2M, F_OK) || access(SHRINK_UNDERUSED, F_OK))
+		SKIP(return, "no %s or %s", MTHP_2M, SHRINK_UNDERUSED);
+	ASSERT_EQ(0, write_knob(MTHP_2M, "madvise\n"));
+	ASSERT_EQ(0, write_knob(SHRINK_UNDERUSED, "1\n"));
+	ASSERT_EQ(0, set_switch(WALK_SYSCTL, 0));
+	r.p = map_aligned(SZ_2M, SZ_2M, PROT_READ | PROT_WRITE);
+	ASSERT_NE(NULL, r.p);
+	ASSERT_EQ(0, madvise(r.p, SZ_2M, MADV_HUGEPAGE));
+	fill(r.p, SZ_2M / PAGE_SIZE, REQUEUE_SEED);
+
+	/* the children drop the area at once and wait for the pipe's end */
+	ASSERT_EQ(0, pipe(go));
+	for (int i = 0; i < REQUEUE_KIDS; i++) {
+		pid_t pid = fork();
+		char b;
+
+		ASSERT_LE(0, pid);
+		if (!pid) {
+			close(go[1]);
+			madvise(r.p, SZ_2M, MADV_DONTNEED);
+			while (read(go[0], &b, 1) > 0)
+				;
+			_exit(0);
+		}
+	}
+	close(go[0]);
+	ASSERT_EQ(0, pthread_create(&zapper, NULL, requeue_zapper, &r));
+
+	while (time(NULL) < end && r.inside < REQUEUE_ENOUGH) {
+		void *first = r.p;
+		int node, status;
+
+		ASSERT_EQ(0, madvise(r.p, SZ_2M, MADV_DONTNEED));
+		fill(r.p, SZ_2M / PAGE_SIZE, REQUEUE_SEED);
+		if (smaps_kb(r.p, "AnonHugePages:") != SZ_2M >> 10) {
+			no_thp++;
+			continue;
+		}
+		ASSERT_EQ(0, move_pages(0, 1, &first, NULL, &node, 0));
+		ASSERT_LE(0, node);
+		r.target = !node;
+		r.moving = 1;
+		r.round++;
+		ASSERT_EQ(0, move_pages(0, 1, &first, (int *)&r.target, &status,
+					MPOL_MF_MOVE));
+		r.moving = 0;
+		while (r.done != r.round)
+			;
+		rounds++;
+		unmoved += status != r.target;
+		/* the second page is zero where the zapper dropped it */
+		for (unsigned long i = 0; i < SZ_2M / PAGE_SIZE; i++) {
+			char *page = r.p + i * PAGE_SIZE;
+			unsigned long want = i == 1 && r.zapped ? 0 :
+					     tag(REQUEUE_SEED, i);
+
+			bad += load_word(first_word(page)) != want ||
+			       load_word(last_word(page)) != want;
+		}
+	}
+	r.stop = 1;
+	ASSERT_EQ(0, pthread_join(zapper, NULL));
+	close(go[1]);
+	while (wait(NULL) > 0)
+		;
+
+	TH_LOG("%lu rounds (%lu without a THP at fault), %lu zaps inside move_pages(), %lu THPs not moved, thp_migration_success +%ld",
+	       rounds, no_thp, r.inside, unmoved,
+	       vmstat("thp_migration_success") - thp_before);
+	EXPECT_EQ(0, bad);
+	EXPECT_LT(0, r.inside)
+		TH_LOG("no zap landed while move_pages() ran: nothing was tested");
+	if (!numa_balancing_is_the_soaks())
+		EXPECT_EQ(0, unmoved);
 }
 
 TEST_HARNESS_MAIN
