@@ -30,6 +30,7 @@
 #include <numa.h>
 #include <numaif.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
 
@@ -382,6 +383,67 @@ static inline long long irq_sum(const char *name)
 	if (f)
 		fclose(f);
 	return sum;
+}
+
+/*
+ * Whole-address-space TLB flushes, counted with the tlb:tlb_flush tracepoint
+ * (x86): the flushes a CPU does for a shootdown, its own (reason 3) or
+ * another CPU's (reason 1), of every entry (pages == TLB_FLUSH_ALL).  A
+ * ranged flush of more than tlb_single_page_flush_ceiling pages is one too.
+ * The event's filter keeps only those, so the buffer holds few; a count
+ * with lost events is no count (-1).  tlb_trace_start(): 0 or -errno
+ * (no tracefs, no event); tlb_trace_stop(): the count, or -1.
+ */
+#define TRACEFS		"/sys/kernel/tracing"
+#define TLB_EVENT	TRACEFS "/events/tlb/tlb_flush"
+#define TLB_FULL_FILTER	"pages == 0xffffffffffffffff && (reason == 1 || reason == 3)"
+
+static inline int tlb_trace_start(void)
+{
+	int fd, ret;
+
+	if (!file_exists(TRACEFS "/trace") &&
+	    mount("tracefs", TRACEFS, "tracefs", 0, NULL))
+		return -errno;
+	ret = write_file(TRACEFS "/tracing_on", "0");
+	if (!ret)
+		ret = write_file(TLB_EVENT "/filter", TLB_FULL_FILTER);
+	if (!ret)
+		ret = write_file(TLB_EVENT "/enable", "1");
+	if (ret)
+		return ret;
+	fd = open(TRACEFS "/trace", O_WRONLY | O_TRUNC | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	return write_file(TRACEFS "/tracing_on", "1");
+}
+
+static inline long tlb_trace_stop(void)
+{
+	FILE *f;
+	char line[512];
+	long n = 0, lost = 0;
+
+	write_file(TRACEFS "/tracing_on", "0");
+	f = fopen(TRACEFS "/trace", "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		if (line[0] == '#') {
+			/* "# entries-in-buffer/entries-written: 5/5   #P:4" */
+			unsigned long in, written;
+			char *s = strstr(line, "entries-written:");
+
+			if (s && sscanf(s, "entries-written: %lu/%lu", &in, &written) == 2)
+				lost += written - in;
+			continue;
+		}
+		n += strstr(line, "tlb_flush:") != NULL;
+	}
+	if (f)
+		fclose(f);
+	write_file(TLB_EVENT "/enable", "0");
+	write_file(TLB_EVENT "/filter", "0");
+	return f && !lost ? n : -1;
 }
 
 /* Skip (exit 4) unless nodes 0 and 1 both have memory */

@@ -6,8 +6,10 @@
  * the destination.
  *
  * Threads:
- *  - the compactor (main thread) moves the chunks (--move-size 4k|64k|2m)
- *    in address order;
+ *  - the compactor moves the chunks (--move-size 4k|64k|2m) in address
+ *    order; with --movers N, N compactor threads (the main thread and N-1
+ *    more) each start at their own N-th of the area and go on round it, as
+ *    the threads of a parallel GC would;
  *  - M mutators read random destination pages for the duration of the
  *    compaction and check each page's pattern (it names the page index);
  *  - the handler reads the userfaultfd (the destination is registered
@@ -40,6 +42,14 @@
  * --mutators 0: the compactor alone, without the cross-CPU TLB flushes
  * that mutator threads on other CPUs make expensive under TCG.
  *
+ * Flushes: "full_flushes" counts the whole-address-space TLB flushes that
+ * the CPUs did during the compaction (tlb:tlb_flush, see bench.h), and
+ * "tlb_ipis"/"call_ipis" the TLB shootdown and function-call interrupts
+ * (/proc/interrupts), all three the whole guest's.  Two movers batching in
+ * one mm must not turn each other's ranged flushes into full ones.
+ * "chunks_per_s_per_mover": the chunks moved by the compactor threads
+ * over their number and the time.
+ *
  * Verify: every destination page holds its pattern, every source page
  * reads zero, every chunk was moved, no mutator read a wrong value.
  */
@@ -56,9 +66,10 @@
 
 #define SEED		0x2b
 #define MAX_MUTATORS	16
+#define MAX_MOVERS	8
 #define USAGE		"usage: %s [--quick|--full] [--mode move|copy] " \
 			"[--move-size 4k|64k|2m] [--backing 4k|64k|2m] " \
-			"[--mutators M] [--src-holes] [--size BYTES]\n"
+			"[--mutators M] [--movers N] [--src-holes] [--size BYTES]\n"
 
 enum mode { MODE_MOVE, MODE_COPY };
 
@@ -66,6 +77,7 @@ struct opts {
 	size_t size, chunk, backing;
 	enum mode mode;
 	int mutators;
+	int movers;
 	int src_holes;
 };
 
@@ -83,7 +95,7 @@ static struct {
 	int uffd, stop_fd;
 	uint64_t *claimed, *done;
 	int go, stop, ready;			/* atomics */
-	unsigned long events, by_handler, eexist;	/* atomics */
+	unsigned long events, by_handler, by_movers, eexist;	/* atomics */
 	struct mutator mut[MAX_MUTATORS];
 } g;
 
@@ -97,6 +109,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		{ "move-size", required_argument, NULL, 's' },
 		{ "backing", required_argument, NULL, 'b' },
 		{ "mutators", required_argument, NULL, 'M' },
+		{ "movers", required_argument, NULL, 'N' },
 		{ "src-holes", no_argument, NULL, 'H' },
 		{ "size", required_argument, NULL, 'S' },
 		{ NULL, 0, NULL, 0 },
@@ -108,6 +121,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	memset(o, 0, sizeof(*o));
 	o->chunk = PAGE_SZ;
 	o->mutators = 2;
+	o->movers = 1;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		if (size_option(c, &sz))
 			continue;
@@ -129,6 +143,9 @@ static void parse(int argc, char **argv, struct opts *o)
 		case 'M':
 			o->mutators = atoi(optarg);
 			break;
+		case 'N':
+			o->movers = atoi(optarg);
+			break;
 		case 'H':
 			o->src_holes = 1;
 			break;
@@ -148,7 +165,8 @@ static void parse(int argc, char **argv, struct opts *o)
 	if (o->backing != PAGE_SZ && o->backing != 64 * KiB &&
 	    o->backing != PMD_SZ)
 		usage_exit(USAGE, argv[0]);
-	if (o->mutators < 0 || o->mutators > MAX_MUTATORS)
+	if (o->mutators < 0 || o->mutators > MAX_MUTATORS ||
+	    o->movers < 1 || o->movers > MAX_MOVERS)
 		usage_exit(USAGE, argv[0]);
 	o->size = sz == SIZE_QUICK ? 4 * MiB :
 		  sz == SIZE_FULL ? 512 * MiB : 16 * MiB;
@@ -438,15 +456,35 @@ static void setup_areas(void)
 		status_kb(0, "VmRSS"), smaps_rollup_kb("AnonHugePages"));
 }
 
+/* Compactor thread @arg: from its own N-th of the area round to it */
+static void *mover(void *arg)
+{
+	unsigned long start = (uintptr_t)arg * g.nchunks / g.o.movers, i;
+
+	for (i = 0; i < g.nchunks; i++) {
+		unsigned long c = (start + i) % g.nchunks;
+
+		if (!test_and_set(g.claimed, c)) {
+			count(&g.by_movers);
+			move_chunk(c);
+		}
+	}
+	return NULL;
+}
+
 static double compact(void)
 {
+	pthread_t tid[MAX_MOVERS];
 	uint64_t t0 = now_ns();
-	unsigned long c;
+	int i;
 
 	__atomic_store_n(&g.go, 1, __ATOMIC_RELEASE);
-	for (c = 0; c < g.nchunks; c++)
-		if (!test_and_set(g.claimed, c))
-			move_chunk(c);
+	for (i = 1; i < g.o.movers; i++)
+		if (pthread_create(&tid[i], NULL, mover, (void *)(uintptr_t)i))
+			die("pthread_create");
+	mover(0);
+	for (i = 1; i < g.o.movers; i++)
+		pthread_join(tid[i], NULL);
 	return (now_ns() - t0) / 1e6;
 }
 
@@ -527,7 +565,31 @@ static double dst_large_pct(void)
 	return 100.0 * large / g.npages;
 }
 
-static void report(double ms, long long pgalloc)
+struct flush_counts {
+	long long tlb, call;
+	long full;	/* -1: not counted */
+};
+
+static void flushes_start(struct flush_counts *f)
+{
+	int err = tlb_trace_start();
+
+	if (err)
+		comment("tlb:tlb_flush not traced (%s): no full_flushes", strerror(-err));
+	f->full = err ? -1 : 0;
+	f->tlb = irq_sum("TLB:");
+	f->call = irq_sum("CAL:");
+}
+
+static void flushes_stop(struct flush_counts *f)
+{
+	f->tlb = irq_sum("TLB:") - f->tlb;
+	f->call = irq_sum("CAL:") - f->call;
+	if (!f->full)
+		f->full = tlb_trace_stop();
+}
+
+static void report(double ms, long long pgalloc, const struct flush_counts *f)
 {
 	unsigned long reads = 0, dropped = 0, n;
 	double p50, p99;
@@ -542,6 +604,8 @@ static void report(double ms, long long pgalloc)
 		reads, n, dropped);
 	comment("handler moved %lu of %lu chunks", g.by_handler, g.nchunks);
 	metric("compactor_ms", ms, "ms", "lower");
+	metric("chunks_per_s_per_mover", g.by_movers / (ms / 1e3) / g.o.movers,
+	       "chunks/s", "higher");
 	/* no sample is no number: a 0 would enter the median as a measurement */
 	if (n) {
 		metric("fault_latency_median_us", p50, "us", "lower");
@@ -550,6 +614,12 @@ static void report(double ms, long long pgalloc)
 		comment("no mutator read hit a chunk not yet moved: no latency this run");
 	}
 	metric("faults", g.events, "count", "lower");
+	if (f->full >= 0)
+		metric("full_flushes", f->full, "count", "lower");
+	else
+		comment("full flushes not counted (no tracepoint, or events lost)");
+	metric("tlb_ipis", f->tlb, "count", "lower");
+	metric("call_ipis", f->call, "count", "lower");
 	metric("pgalloc", pgalloc, "pages", "lower");
 	if (g.o.backing != PAGE_SZ)
 		metric("dst_large_pct", dst_large_pct(), "%", "higher");
@@ -557,6 +627,7 @@ static void report(double ms, long long pgalloc)
 
 int main(int argc, char **argv)
 {
+	struct flush_counts flushes;
 	long long pg0, pg1;
 	pthread_t htid;
 	double ms;
@@ -565,21 +636,23 @@ int main(int argc, char **argv)
 	parse(argc, argv, &g.o);
 	g.npages = g.o.size / PAGE_SZ;
 	g.nchunks = g.o.size / g.o.chunk;
-	printf("# sizes: area %s, chunk %s, %s folios, mode %s%s, %d mutators\n",
+	printf("# sizes: area %s, chunk %s, %s folios, mode %s%s, %d mutators, %d movers\n",
 	       size_str(g.o.size), size_str(g.o.chunk), size_str(g.o.backing),
 	       g.o.mode == MODE_MOVE ? "move" : "copy",
-	       g.o.src_holes ? " (ALLOW_SRC_HOLES)" : "", g.o.mutators);
+	       g.o.src_holes ? " (ALLOW_SRC_HOLES)" : "", g.o.mutators, g.o.movers);
 	setup_areas();
 	uffd_setup();
 	start_threads(&htid);
+	flushes_start(&flushes);
 	pg0 = vmstat_sum("pgalloc_");
 	ms = compact();
 	pg1 = vmstat_sum("pgalloc_");
+	flushes_stop(&flushes);
 	stop_threads(htid);
 	comment("after compaction: VmRSS %ld kB, AnonHugePages %ld kB",
 		status_kb(0, "VmRSS"), smaps_rollup_kb("AnonHugePages"));
 	check();
-	report(ms, pg1 - pg0);
+	report(ms, pg1 - pg0, &flushes);
 	verify_ok();
 	return 0;
 }

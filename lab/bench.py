@@ -56,6 +56,11 @@ BENCHES = [
     # (counts), with the child's tables shared where the kernel can, and copied
     _b("flush", "flush", "bench_flush", "--cow-pte"),
     _b("flush-private", "flush", "bench_flush"),
+    # the first write to each table after fork, by 2 or 4 threads of the child
+    # in one GiB: the IPIs and full flushes per table (a break and a COW, or a
+    # COW); and the exit of a child that holds every table
+    _b("break", "break", "bench_break", "--cow-pte"),
+    _b("break-4t", "break", "bench_break", "--cow-pte", "--threads", "4"),
     # mprotect() and MADV_FREE of a 64 TiB PROT_NONE area: the walks before
     # a syscall changes entries, with the kernel's default vm.cow_pte (opt-in,
     # nobody opted in), with 0, and in an mm that holds shared tables
@@ -75,6 +80,12 @@ BENCHES = [
       for name, chunk, backing in (("4k", "4k", "4k"), ("64k", "64k", "4k"),
                                    ("2m", "2m", "4k"), ("64k-mthp", "64k", "64k"),
                                    ("2m-thp", "2m", "2m"))],
+    # two compactor threads in one mm, 64k chunks of 4 KiB pages: batches that
+    # overlap must not end in full flushes of the mm (full_flushes), nor slow
+    # each mover down (chunks_per_s_per_mover against uffd-move-64k[-m0])
+    *[_b(f"uffd-move-64k-movers2{m0}", "uffd_compact", "bench_uffd_compact", "--mode", "move",
+         "--move-size", "64k", "--backing", "4k", "--movers", "2",
+         "--mutators", "0" if m0 else "2") for m0 in ("", "-m0")],
 ]
 GROUPS = list(dict.fromkeys(b.group for b in BENCHES))
 
