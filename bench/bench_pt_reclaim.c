@@ -10,13 +10,19 @@
  * --free: the same walk with MADV_FREE, inside a fresh cgroup v2 child, and
  * then memory.reclaim on that cgroup so that the lazily freed pages really
  * go. Verify: every sampled page reads either its old contents or zeroes,
- * and VmRSS after reclaim is below 10% of what was touched.
+ * and VmRSS after reclaim is below 10% of what was touched.  During the
+ * reclaim a second thread of the process spins on another CPU, so that
+ * each TLB flush of the mm must reach it: the TLB shootdown and
+ * function-call interrupts (/proc/interrupts) and the whole-mm flushes
+ * (tlb:tlb_flush, bench.h) of the reclaim are counted, with its time.
  *
  * --fault [--procs N]: page-fault throughput instead: N processes each map
  * 128 MiB, write a byte to every 4 KiB page, check the bytes, munmap, for a
  * number of iterations. Only mmap + faults + munmap are timed.
  */
 #include <getopt.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -181,6 +187,56 @@ static void cgroup_reclaim(void)
 		die("memory.reclaim: %s", strerror(-ret));
 }
 
+static int spin_stop;	/* atomic */
+
+static void on_cpu(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		die_errno("sched_setaffinity");
+}
+
+static void *spinner(void *arg)
+{
+	on_cpu(1);
+	while (!__atomic_load_n(&spin_stop, __ATOMIC_ACQUIRE))
+		;
+	return NULL;
+}
+
+/* memory.reclaim with a thread of the mm on CPU 1: its flushes, counted */
+static void reclaim_counted(void)
+{
+	long long tlb, call;
+	long full;
+	pthread_t tid;
+	uint64_t t0;
+
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+		skip("needs two CPUs");
+	on_cpu(0);
+	if (pthread_create(&tid, NULL, spinner, NULL))
+		die("pthread_create");
+	usleep(100 * 1000);	/* the spinner on its CPU */
+	full = tlb_trace_start() ? -1 : 0;
+	tlb = irq_sum("TLB:");
+	call = irq_sum("CAL:");
+	t0 = now_ns();
+	cgroup_reclaim();
+	metric("reclaim_ms", (now_ns() - t0) / 1e6, "ms", "lower");
+	metric("reclaim_tlb_ipis", irq_sum("TLB:") - tlb, "count", "lower");
+	metric("reclaim_call_ipis", irq_sum("CAL:") - call, "count", "lower");
+	if (!full)
+		full = tlb_trace_stop();
+	if (full >= 0)
+		metric("reclaim_full_flushes", full, "count", "lower");
+	__atomic_store_n(&spin_stop, 1, __ATOMIC_RELEASE);
+	pthread_join(tid, NULL);
+}
+
 /* ---- the walk --------------------------------------------------------- */
 
 static void touch_step(char *p, unsigned long step)
@@ -252,7 +308,7 @@ static int run_walk(const struct opts *o)
 	secs = walk(o, area);
 	if (o->mode == MODE_FREE) {
 		rss_before = status_kb(0, "VmRSS");
-		cgroup_reclaim();
+		reclaim_counted();
 	}
 	pte = status_kb(0, "VmPTE");
 	rss = status_kb(0, "VmRSS");

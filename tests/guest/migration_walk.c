@@ -1501,9 +1501,9 @@ TEST_F_TIMEOUT(stress, fork_exit_unmap_dontneed_mremap, 240)
  * parent's, and the full walk (the early exit off, as vanilla walks) visits
  * each of them after the parent's PMD is back.  A thread polls the node of
  * the first page and zaps the second page as soon as the first is on the
- * target node.  Before the fix, 480 of 509 rounds warned (debug, 128
- * children); the test fails if no zap landed while move_pages() ran, since
- * then it tested nothing.
+ * target node.  Before the fix 64 of 67 rounds warned (debug, 2026-11-28);
+ * the test fails if no zap landed while move_pages() ran, since then it
+ * tested nothing.
  */
 #define REQUEUE_KIDS	128
 #define REQUEUE_SECONDS	10
