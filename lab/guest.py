@@ -110,6 +110,9 @@ def make_initramfs(workdir: Path, plan: list[PlanItem], bins: list[Path],
     return cpio
 
 
+KVM_PROBE_SILENT = 10
+
+
 def probe_accel(vmlinux: Path) -> str:
     """'kvm' if a probe boot under KVM works on this machine, else 'tcg'.
     The answer is cached per machine (PTLAB_ACCEL overrides it)."""
@@ -120,14 +123,26 @@ def probe_accel(vmlinux: Path) -> str:
     if cached.exists():
         return cached.read_text().strip()
     accel = "tcg"
-    if os.access("/dev/kvm", os.R_OK | os.W_OK):
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        info("no usable /dev/kvm: using TCG (QEMU's emulation; absolute times mean nothing)")
+    else:
         step("probe KVM with a short boot (once per machine)")
         work = cache_dir() / "runs" / "kvm-probe"
         work.mkdir(parents=True, exist_ok=True)
+        # a kernel under KVM writes to its console within a second: a guest
+        # silent for KVM_PROBE_SILENT s is stuck (nested KVM that cannot run it)
         out = boot(vmlinux, [PlanItem("probe", "echo", 10, ["echo", "ok"])], [], work,
-                   accel="kvm", timeout=60, quiet=True)
-        accel = "kvm" if out.ok and out.runs and out.runs[0].rc == 0 else "tcg"
-        info(f"KVM {'works' if accel == 'kvm' else 'does not work here'}: using {accel}")
+                   accel="kvm", timeout=60, quiet=True, silent_limit=KVM_PROBE_SILENT)
+        if out.ok and out.runs and out.runs[0].rc == 0:
+            accel = "kvm"
+            info("KVM works: using it")
+        else:
+            qemu_log = work / "qemu.log"
+            why = (qemu_log.read_text(errors="replace").strip().splitlines() or [""])[-1] \
+                if qemu_log.exists() else ""
+            info("KVM unavailable (/dev/kvm is there, but a probe boot under it "
+                 + (f"failed: {why[:160]}" if why else
+                    f"wrote nothing in {KVM_PROBE_SILENT} s") + "): using TCG")
     cached.write_text(accel + "\n")
     return accel
 
@@ -204,13 +219,15 @@ def kernel_params(features: list[str], sysctls: list[str]) -> list[str]:
 def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
          accel: str | None = None, timeout: int = 3600, machine: Machine = DEFAULT,
          quiet: bool = False, on_test=None, features: list[str] = (),
-         sysctls: list[str] = ()) -> Outcome:
+         sysctls: list[str] = (), silent_limit: float | None = None) -> Outcome:
     """Boot, run the plan, power off. `on_test(run)` is called as each test ends.
     `features`: sysctls the kernel must have (ptlab.features=): the guest
     fails the run without one, and tells the tests (PTLAB_FEATURES) that
     their absence is not a vanilla kernel.  `sysctls`: "name=value" items
     the kernel sets at boot (its own sysctl.name=value parameters); the
-    guest reads each back and fails the run if one is missing or differs."""
+    guest reads each back and fails the run if one is missing or differs.
+    `silent_limit`: kill the guest if its console is still empty after that
+    many seconds."""
     workdir.mkdir(parents=True, exist_ok=True)
     cpio = make_initramfs(workdir, plan, bins)
     accel = accel or probe_accel(vmlinux)
@@ -240,7 +257,9 @@ def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
             cur = runs[-1].suite + "/" + runs[-1].test if runs and runs[-1].rc is None else "boot"
             prog.update(f"guest: {seen}/{len(plan)} tests done, running {cur}, "
                         f"{int(time.monotonic() - t0)} s")
-        if time.monotonic() - t0 > timeout:
+        if time.monotonic() - t0 > timeout or (
+                silent_limit and time.monotonic() - t0 > silent_limit
+                and not console.stat().st_size):
             timed_out = True
             proc.kill()
     prog.done()
@@ -251,8 +270,8 @@ def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
     for r in out.runs[seen:]:
         if r.rc is not None and on_test:
             on_test(r)
-    if timed_out:
-        warn(f"guest killed after {timeout} s (host timeout)")
+    if timed_out and not quiet:
+        warn(f"guest killed after {int(time.monotonic() - t0)} s (host timeout)")
     elif not out.finished and not quiet:
         warn("guest stopped before the end of the plan (crash or panic?); "
              f"console: {console}" + (f"; qemu said: {qemu_out.strip()[:300]}" if qemu_out else ""))
