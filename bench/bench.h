@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <numa.h>
+#include <sched.h>
 #include <numaif.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -444,6 +445,65 @@ static inline long tlb_trace_stop(void)
 	write_file(TLB_EVENT "/enable", "0");
 	write_file(TLB_EVENT "/filter", "0");
 	return f && !lost ? n : -1;
+}
+
+/*
+ * What a section cost the other CPUs: TLB shootdown and function-call
+ * interrupts (the whole guest's) and whole-mm flushes (-1: not counted),
+ * from flush_counts_start() to flush_counts_stop().
+ */
+struct flush_counts {
+	long long tlb, call;
+	long full;
+};
+
+static inline void flush_counts_start(struct flush_counts *f)
+{
+	int err = tlb_trace_start();
+
+	if (err)
+		comment("tlb:tlb_flush not traced (%s): full flushes not counted",
+			strerror(-err));
+	f->full = err ? -1 : 0;
+	f->tlb = irq_sum("TLB:");
+	f->call = irq_sum("CAL:");
+}
+
+static inline void flush_counts_stop(struct flush_counts *f)
+{
+	f->tlb = irq_sum("TLB:") - f->tlb;
+	f->call = irq_sum("CAL:") - f->call;
+	if (!f->full)
+		f->full = tlb_trace_stop();
+}
+
+/* Metrics @prefix"tlb_ipis", ..."call_ipis", ..."full_flushes", each / @per */
+static inline void flush_counts_report(const struct flush_counts *f,
+				       const char *prefix, const char *suffix,
+				       double per)
+{
+	char name[64];
+
+	snprintf(name, sizeof(name), "%stlb_ipis%s", prefix, suffix);
+	metric(name, f->tlb / per, "count", "lower");
+	snprintf(name, sizeof(name), "%scall_ipis%s", prefix, suffix);
+	metric(name, f->call / per, "count", "lower");
+	snprintf(name, sizeof(name), "%sfull_flushes%s", prefix, suffix);
+	if (f->full >= 0)
+		metric(name, f->full / per, "count", "lower");
+	else
+		comment("%s not counted (no tracepoint, or events lost)", name);
+}
+
+/* Run on @cpu only */
+static inline void on_cpu(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		die_errno("sched_setaffinity");
 }
 
 /* Skip (exit 4) unless nodes 0 and 1 both have memory */

@@ -33,7 +33,6 @@
  */
 #include <getopt.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -86,16 +85,6 @@ static void parse(int argc, char **argv, struct opts *o)
 	o->size = sz == SIZE_QUICK ? 8 * MiB : sz == SIZE_DEFAULT ? 64 * MiB : GiB;
 }
 
-static void on_cpu(int cpu)
-{
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set))
-		die_errno("sched_setaffinity");
-}
-
 static uint64_t *word(unsigned long page)
 {
 	return (uint64_t *)(g.p + page * PAGE_SZ);
@@ -131,28 +120,23 @@ static void *spinner(void *arg)
 	return NULL;
 }
 
+/* What a section cost the other CPUs, and its time */
 struct counts {
-	long long tlb, call;
-	long full;		/* -1: not counted */
+	struct flush_counts f;
 	uint64_t t0;
 	double ms;
 };
 
 static void counts_start(struct counts *c)
 {
-	c->full = tlb_trace_start() ? -1 : 0;
-	c->tlb = irq_sum("TLB:");
-	c->call = irq_sum("CAL:");
+	flush_counts_start(&c->f);
 	c->t0 = now_ns();
 }
 
 static void counts_stop(struct counts *c)
 {
 	c->ms = (now_ns() - c->t0) / 1e6;
-	c->tlb = irq_sum("TLB:") - c->tlb;
-	c->call = irq_sum("CAL:") - c->call;
-	if (!c->full)
-		c->full = tlb_trace_stop();
+	flush_counts_stop(&c->f);
 }
 
 /* Child 1: the writes, counted; exit status 0 if it read what it should */
@@ -271,15 +255,9 @@ int main(int argc, char **argv)
 	if (bad)
 		verify_failed("%lu pages of the parent lost their data", bad);
 
-	metric("tlb_ipis_per_table", (double)w.tlb / g.tables, "count", "lower");
-	metric("call_ipis_per_table", (double)w.call / g.tables, "count", "lower");
-	if (w.full >= 0)
-		metric("full_flushes_per_table", (double)w.full / g.tables, "count", "lower");
+	flush_counts_report(&w.f, "", "_per_table", g.tables);
 	metric("write_ms", w.ms, "ms", "lower");
-	metric("exit_tlb_ipis", e.tlb, "count", "lower");
-	metric("exit_call_ipis", e.call, "count", "lower");
-	if (e.full >= 0)
-		metric("exit_full_flushes", e.full, "count", "lower");
+	flush_counts_report(&e.f, "exit_", "", 1);
 	metric("exit_ms", e.ms, "ms", "lower");
 	verify_ok();
 	return 0;

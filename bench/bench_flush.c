@@ -82,16 +82,6 @@ static unsigned long bad_pages(char *p, unsigned long n)
 	return bad;
 }
 
-static void on_cpu(int cpu)
-{
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set))
-		die_errno("sched_setaffinity");
-}
-
 int main(int argc, char **argv)
 {
 	unsigned long n, mask = 1, bad;

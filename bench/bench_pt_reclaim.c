@@ -22,7 +22,6 @@
  */
 #include <getopt.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -189,16 +188,6 @@ static void cgroup_reclaim(void)
 
 static int spin_stop;	/* atomic */
 
-static void on_cpu(int cpu)
-{
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set))
-		die_errno("sched_setaffinity");
-}
-
 static void *spinner(void *arg)
 {
 	on_cpu(1);
@@ -210,8 +199,7 @@ static void *spinner(void *arg)
 /* memory.reclaim with a thread of the mm on CPU 1: its flushes, counted */
 static void reclaim_counted(void)
 {
-	long long tlb, call;
-	long full;
+	struct flush_counts f;
 	pthread_t tid;
 	uint64_t t0;
 
@@ -221,18 +209,12 @@ static void reclaim_counted(void)
 	if (pthread_create(&tid, NULL, spinner, NULL))
 		die("pthread_create");
 	usleep(100 * 1000);	/* the spinner on its CPU */
-	full = tlb_trace_start() ? -1 : 0;
-	tlb = irq_sum("TLB:");
-	call = irq_sum("CAL:");
+	flush_counts_start(&f);
 	t0 = now_ns();
 	cgroup_reclaim();
 	metric("reclaim_ms", (now_ns() - t0) / 1e6, "ms", "lower");
-	metric("reclaim_tlb_ipis", irq_sum("TLB:") - tlb, "count", "lower");
-	metric("reclaim_call_ipis", irq_sum("CAL:") - call, "count", "lower");
-	if (!full)
-		full = tlb_trace_stop();
-	if (full >= 0)
-		metric("reclaim_full_flushes", full, "count", "lower");
+	flush_counts_stop(&f);
+	flush_counts_report(&f, "reclaim_", "", 1);
 	__atomic_store_n(&spin_stop, 1, __ATOMIC_RELEASE);
 	pthread_join(tid, NULL);
 }

@@ -565,30 +565,6 @@ static double dst_large_pct(void)
 	return 100.0 * large / g.npages;
 }
 
-struct flush_counts {
-	long long tlb, call;
-	long full;	/* -1: not counted */
-};
-
-static void flushes_start(struct flush_counts *f)
-{
-	int err = tlb_trace_start();
-
-	if (err)
-		comment("tlb:tlb_flush not traced (%s): no full_flushes", strerror(-err));
-	f->full = err ? -1 : 0;
-	f->tlb = irq_sum("TLB:");
-	f->call = irq_sum("CAL:");
-}
-
-static void flushes_stop(struct flush_counts *f)
-{
-	f->tlb = irq_sum("TLB:") - f->tlb;
-	f->call = irq_sum("CAL:") - f->call;
-	if (!f->full)
-		f->full = tlb_trace_stop();
-}
-
 static void report(double ms, long long pgalloc, const struct flush_counts *f)
 {
 	unsigned long reads = 0, dropped = 0, n;
@@ -614,12 +590,7 @@ static void report(double ms, long long pgalloc, const struct flush_counts *f)
 		comment("no mutator read hit a chunk not yet moved: no latency this run");
 	}
 	metric("faults", g.events, "count", "lower");
-	if (f->full >= 0)
-		metric("full_flushes", f->full, "count", "lower");
-	else
-		comment("full flushes not counted (no tracepoint, or events lost)");
-	metric("tlb_ipis", f->tlb, "count", "lower");
-	metric("call_ipis", f->call, "count", "lower");
+	flush_counts_report(f, "", "", 1);
 	metric("pgalloc", pgalloc, "pages", "lower");
 	if (g.o.backing != PAGE_SZ)
 		metric("dst_large_pct", dst_large_pct(), "%", "higher");
@@ -643,11 +614,11 @@ int main(int argc, char **argv)
 	setup_areas();
 	uffd_setup();
 	start_threads(&htid);
-	flushes_start(&flushes);
+	flush_counts_start(&flushes);
 	pg0 = vmstat_sum("pgalloc_");
 	ms = compact();
 	pg1 = vmstat_sum("pgalloc_");
-	flushes_stop(&flushes);
+	flush_counts_stop(&flushes);
 	stop_threads(htid);
 	comment("after compaction: VmRSS %ld kB, AnonHugePages %ld kB",
 		status_kb(0, "VmRSS"), smaps_rollup_kb("AnonHugePages"));
