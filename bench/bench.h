@@ -392,8 +392,12 @@ static inline long long irq_sum(const char *name)
  * another CPU's (reason 1), of every entry (pages == TLB_FLUSH_ALL).  A
  * ranged flush of more than tlb_single_page_flush_ceiling pages is one too.
  * The event's filter keeps only those, so the buffer holds few; a count
- * with lost events is no count (-1).  tlb_trace_start(): 0 or -errno
- * (no tracefs, no event); tlb_trace_stop(): the count, or -1.
+ * with lost events is no count (-1).  The event must be enabled already
+ * (`ptlab bench` boots with trace_event=tlb:tlb_flush): enabling it here
+ * would patch kernel text, which QEMU TCG may then run stale ("Oops: int3",
+ * 2026-11-28); only the filter and tracing_on are written.
+ * tlb_trace_start(): 0 or -errno (no tracefs, event not enabled);
+ * tlb_trace_stop(): the count, or -1.
  */
 #define TRACEFS		"/sys/kernel/tracing"
 #define TLB_EVENT	TRACEFS "/events/tlb/tlb_flush"
@@ -401,16 +405,20 @@ static inline long long irq_sum(const char *name)
 
 static inline int tlb_trace_start(void)
 {
+	char on[8];
 	int fd, ret;
 
 	if (!file_exists(TRACEFS "/trace") &&
 	    mount("tracefs", TRACEFS, "tracefs", 0, NULL))
 		return -errno;
+	ret = read_file(TLB_EVENT "/enable", on, sizeof(on));
+	if (ret)
+		return ret;
+	if (on[0] != '1')
+		return -ENOENT;
 	ret = write_file(TRACEFS "/tracing_on", "0");
 	if (!ret)
 		ret = write_file(TLB_EVENT "/filter", TLB_FULL_FILTER);
-	if (!ret)
-		ret = write_file(TLB_EVENT "/enable", "1");
 	if (ret)
 		return ret;
 	fd = open(TRACEFS "/trace", O_WRONLY | O_TRUNC | O_CLOEXEC);
@@ -442,8 +450,6 @@ static inline long tlb_trace_stop(void)
 	}
 	if (f)
 		fclose(f);
-	write_file(TLB_EVENT "/enable", "0");
-	write_file(TLB_EVENT "/filter", "0");
 	return f && !lost ? n : -1;
 }
 

@@ -9,10 +9,11 @@ import re
 import statistics
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import build, deps, guest, tree
+from .qemu_config import DEFAULT
 from .common import REPO, LabError, cache_dir, info, step, warn
 
 SIZES = ("quick", "default", "full")
@@ -88,6 +89,12 @@ BENCHES = [
          "--mutators", "0" if m0 else "2") for m0 in ("", "-m0")],
 ]
 GROUPS = list(dict.fromkeys(b.group for b in BENCHES))
+
+# The benchmarks' guest: tlb:tlb_flush enabled from boot, for the programs that
+# count whole-mm flushes (bench.h); enabled at run time it would patch kernel
+# text, which TCG then sometimes runs stale ("Oops: int3" in 1 of 3 boots per
+# kernel, 2026-11-28).  The guest's init keeps tracing off until one counts.
+BENCH_MACHINE = replace(DEFAULT, cmdline=(*DEFAULT.cmdline, "trace_event=tlb:tlb_flush"))
 
 _METRIC = re.compile(r"^metric (\S+) (\S+) (\S+) (lower|higher)\s*$")
 
@@ -327,7 +334,7 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
                 info(f"{r.test}: {txt} ({r.secs:.0f} s)")
 
             out = guest.boot(k["vmlinux"], plan, bins, rundir / f"boot-{rep}-{side}",
-                             accel=accel, on_test=show)
+                             accel=accel, on_test=show, machine=BENCH_MACHINE)
             by = {r.test: r for r in out.runs}
             for b in benches:
                 r = by.get(b.name)
