@@ -34,6 +34,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 
 #define KiB		1024UL
 #define MiB		(1024 * KiB)
@@ -499,6 +500,17 @@ static inline void flush_counts_report(const struct flush_counts *f,
 		metric(name, f->full / per, "count", "lower");
 	else
 		comment("%s not counted (no tracepoint, or events lost)", name);
+}
+
+/* Wait for child @pid, which must exit 0 (else the run fails: @what) */
+static inline void reap_ok(pid_t pid, const char *what)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid)
+		die_errno("waitpid");
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		verify_failed("%s: child exit status 0x%x", what, status);
 }
 
 /* Run on @cpu only */

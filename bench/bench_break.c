@@ -195,16 +195,6 @@ static pid_t fork_child(void)
 	return pid;
 }
 
-static void wait_ok(pid_t pid, const char *what)
-{
-	int status;
-
-	if (waitpid(pid, &status, 0) != pid)
-		die_errno("waitpid");
-	if (!WIFEXITED(status) || WEXITSTATUS(status))
-		verify_failed("%s: status %#x", what, status);
-}
-
 int main(int argc, char **argv)
 {
 	long long breaks0 = vmstat_get("cow_pte_break");
@@ -235,7 +225,7 @@ int main(int argc, char **argv)
 		_exit(write_child(pfd[1]));
 	if (read(pfd[0], &w, sizeof(w)) != sizeof(w))
 		die("no report from the writing child");
-	wait_ok(pid, "the writing child (its data)");
+	reap_ok(pid, "the writing child (its data)");
 	if (breaks0 >= 0)
 		metric("breaks", vmstat_get("cow_pte_break") - breaks0, "count", "lower");
 
@@ -247,7 +237,7 @@ int main(int argc, char **argv)
 	counts_start(&e);
 	if (write(gfd[1], "g", 1) != 1)
 		die_errno("write go");
-	wait_ok(pid, "the exiting child");
+	reap_ok(pid, "the exiting child");
 	counts_stop(&e);
 
 	for (i = 0; i < g.o.size / PAGE_SZ; i++)

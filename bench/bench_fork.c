@@ -223,16 +223,6 @@ static pid_t waiting_child(const struct opts *o, char *p, int rfd[2],
 	_exit(idx && check_area(o, p, idx, PARENT_SEED) ? 1 : 0);
 }
 
-static void reap(pid_t pid, const char *what)
-{
-	int status;
-
-	if (waitpid(pid, &status, 0) != pid)
-		die_errno("waitpid");
-	if (!WIFEXITED(status) || WEXITSTATUS(status))
-		verify_failed("%s: child exit status 0x%x", what, status);
-}
-
 /* PageTables of /proc/meminfo with the per-CPU deltas folded in */
 static long pagetables_kb(void)
 {
@@ -312,7 +302,7 @@ static void phase_fork_exit(const struct opts *o, char *p,
 		t0 = now_ns();
 		if (write(go[1], "x", 1) != 1)
 			die_errno("write");
-		reap(pid, "exit without writing");
+		reap_ok(pid, "exit without writing");
 		exit_ms[i] = (now_ns() - t0) / 1e6;
 		close(go[1]);
 	}
@@ -373,7 +363,7 @@ static void phase_parent_writes(const struct opts *o, char *p,
 	if (write(go[1], "x", 1) != 1)
 		die_errno("write");
 	close(go[1]);
-	reap(pid, "child after the parent's writes (it saw them: exit 1)");
+	reap_ok(pid, "child after the parent's writes (it saw them: exit 1)");
 	if (bad)
 		verify_failed("parent: %lu pages changed before its first write",
 			      bad);
@@ -418,7 +408,7 @@ static void phase_fork_loop(struct parent_report *pr)
 		if (!pid)
 			_exit(0);
 		ms[i] = (now_ns() - t0) / 1e6;
-		reap(pid, "fork loop");
+		reap_ok(pid, "fork loop");
 	}
 	if (sched_setaffinity(0, sizeof(all), &all))
 		die_errno("sched_setaffinity");
