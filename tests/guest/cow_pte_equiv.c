@@ -1415,4 +1415,103 @@ TEST_F_TIMEOUT(equiv, core_dump_allocates_nothing, EQUIV_TIMEOUT)
 	munmap(p, pages * PAGE_SIZE);
 }
 
+/*
+ * 16. The first write to a shared table, by a thread whose sibling on
+ * another CPU has been reading the page: once the sibling sees the
+ * writer's flag, stored after the write, the page reads what was written.
+ * With the feature, that write breaks the share and copies the page in
+ * the break (one TLB flush for both): a flush that missed the sibling's
+ * CPU leaves it reading the old page through its TLB, the fork-time tag.
+ * The flag lives in a MAP_SHARED page, which no fork makes COW.  Each
+ * round shares a fresh table with a holder and writes another page of it.
+ */
+#define SEEN_ROUNDS	200
+#define SEEN_MS		8000
+
+struct sibling {
+	unsigned long *word;	/* __atomic: the word watched this round */
+	unsigned long *flag;	/* __atomic: the round whose write is done */
+	int go, ready;		/* __atomic: the round to watch, watching */
+	unsigned long stale;	/* rounds that read the old value after the flag */
+	bool stop;
+};
+
+static void *watch_word(void *arg)
+{
+	struct sibling *s = arg;
+	int round = 0;
+
+	pin_to_cpu(1);
+	for (;;) {
+		unsigned long *word;
+
+		while (__atomic_load_n(&s->go, __ATOMIC_ACQUIRE) == round)
+			if (__atomic_load_n(&s->stop, __ATOMIC_RELAXED))
+				return NULL;
+		round++;
+		word = s->word;
+		/* the old page in this CPU's TLB before the write */
+		(void)load_word(word);
+		__atomic_store_n(&s->ready, round, __ATOMIC_RELEASE);
+		while (__atomic_load_n(s->flag, __ATOMIC_ACQUIRE) != round)
+			(void)load_word(word);
+		if (load_word(word) != written(round))
+			s->stale++;
+	}
+}
+
+TEST_F_TIMEOUT(equiv, first_write_is_seen_by_every_thread, EQUIV_TIMEOUT)
+{
+	long breaks = vmstat("cow_pte_break");
+	bool feature = opt_in();
+	struct sibling s = { 0 };
+	long start = now_ms();
+	pthread_t thread;
+	int round;
+	char *p;
+
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+		SKIP(return, "one CPU");
+	p = tagged_area(1, 0);
+	ASSERT_NE(NULL, p);
+	s.flag = mmap(NULL, PAGE_SIZE, PROT_READ | PROT_WRITE,
+		      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, s.flag);
+	pin_to_cpu(0);
+	ASSERT_EQ(0, pthread_create(&thread, NULL, watch_word, &s));
+	for (round = 1; round <= SEEN_ROUNDS; round++) {
+		int fds[2];
+		pid_t pid;
+
+		fill(p, PER_TABLE, round);
+		ASSERT_EQ(0, pipe(fds));
+		pid = holder(p, PER_TABLE, round, fds);
+		ASSERT_LE(0, pid);
+
+		s.word = first_word(p + (round % PER_TABLE) * PAGE_SIZE);
+		__atomic_store_n(&s.go, round, __ATOMIC_RELEASE);
+		while (__atomic_load_n(&s.ready, __ATOMIC_ACQUIRE) != round)
+			;
+		store_word(s.word, written(round));
+		__atomic_store_n(s.flag, round, __ATOMIC_RELEASE);
+
+		close(fds[1]);
+		ASSERT_EQ(0, reap(pid)) TH_LOG("the child lost its copy");
+		if (now_ms() - start > SEEN_MS)
+			break;
+	}
+	__atomic_store_n(&s.stop, true, __ATOMIC_RELAXED);
+	pthread_join(thread, NULL);
+	TH_LOG("%d rounds; breaks %ld", round - 1,
+	       vmstat("cow_pte_break") - breaks);
+	EXPECT_EQ(0, s.stale)
+		TH_LOG("%lu rounds: the sibling read the old page after the write",
+		       s.stale);
+	if (feature)
+		EXPECT_LE(round - 1, vmstat("cow_pte_break") - breaks)
+			TH_LOG("the writes did not break shared tables");
+	munmap(s.flag, PAGE_SIZE);
+	munmap(p, SZ_2M);
+}
+
 TEST_HARNESS_MAIN
