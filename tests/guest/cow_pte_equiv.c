@@ -1429,7 +1429,7 @@ TEST_F_TIMEOUT(equiv, core_dump_allocates_nothing, EQUIV_TIMEOUT)
 #define SEEN_MS		8000
 
 struct sibling {
-	unsigned long *word;	/* __atomic: the word watched this round */
+	unsigned long *word;	/* the word watched, published by @go */
 	unsigned long *flag;	/* __atomic: the round whose write is done */
 	int go, ready;		/* __atomic: the round to watch, watching */
 	unsigned long stale;	/* rounds that read the old value after the flag */
