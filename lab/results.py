@@ -241,5 +241,10 @@ def problems(cases: list[Case], limit: int = 60) -> str:
 
 
 def closing_line(cases: list[Case], extra: Counter | None = None) -> str:
-    v = Counter(c.verdict for c in cases) + (extra or Counter())
-    return f"{v['pass']} passed, {v['fail']} failed, {v['skip']} skipped"
+    """The kernel's cases; the lab's own unit tests (`extra`) apart"""
+    v = Counter(c.verdict for c in cases)
+    out = f"{v['pass']} passed, {v['fail']} failed, {v['skip']} skipped"
+    if extra:
+        out += (f" (lab unit tests apart: {extra['pass']} passed, {extra['fail']} failed, "
+                f"{extra['skip']} skipped)")
+    return out

@@ -150,6 +150,9 @@ def _create_worktree(src: Path) -> None:
         gi.write_text(drop_debian_ignore(gi.read_text()))
     _git(src, "init", "-q", "-b", "ptlab")
     _git(src, "config", "core.autocrlf", "false")
+    # no gc in the background of a build: on a fresh machine `git am` of the
+    # series started one, a whole CPU for minutes beside the cold build
+    _git(src, "config", "gc.auto", "0")
     _git(src, "add", "-A", "-f")
     _git(src, "commit", "-q", "-m",
          f"Linux {kernel_version(src)} ({deps.KERNEL_SOURCE_PKG} {debver})")
@@ -244,14 +247,51 @@ def export() -> list[Path]:
     if dirty:
         raise TreeError("the work tree has uncommitted edits; commit them first",
                         details=dirty)
+    cover = PATCHES_DIR / COVER_LETTER
+    kept = cover_letter_parts(cover.read_text()) if cover.exists() else None
     for p in series():
         p.unlink()
     PATCHES_DIR.mkdir(exist_ok=True)
-    out = _git(src, "format-patch", "--zero-commit", "--no-signature",
+    out = _git(src, "format-patch", "--zero-commit", "--no-signature", "--cover-letter",
                "-o", str(PATCHES_DIR), f"{BASE_TAG}..HEAD")
-    files = [Path(l) for l in out.splitlines() if l.strip()]
+    files = [Path(l) for l in out.splitlines() if l.strip() and Path(l).name != COVER_LETTER]
+    # the same date on every export: the letter changes when the series does
+    date = _git(src, "log", "-1", "--format=%aD").strip()
+    cover.write_text(fill_cover_letter(cover.read_text(), kept, date))
     (PATCHES_DIR / "series").write_text(
         "# applied in this order on linux-source-6.12 (see README)\n"
         + "".join(f"{f.name}\n" for f in files))
     _mark_synced(src)
     return files
+
+
+COVER_LETTER = "0000-cover-letter.patch"
+_SUBJECT_PLACEHOLDER = "*** SUBJECT HERE ***"
+_BLURB_PLACEHOLDER = "*** BLURB HERE ***"
+
+
+def cover_letter_parts(text: str) -> tuple[str, str] | None:
+    """The subject (without "[PATCH 00/NN] ") and the blurb of a cover letter
+    that format-patch wrote and a person filled in: what export keeps; the
+    shortlog and diffstat after the blurb it writes anew."""
+    head, sep, body = text.partition("\n\n")
+    m = re.search(r"^Subject: \[PATCH 0+/\d+\] (.*(?:\n .*)*)", head, re.M)
+    if not sep or not m:
+        return None
+    subject = " ".join(m.group(1).split())
+    # the shortlog starts with "<author> (<count>):"
+    end = re.search(r"^\S.* \(\d+\):$", body, re.M)
+    blurb = (body[:end.start()] if end else body).strip("\n")
+    if subject == _SUBJECT_PLACEHOLDER and blurb == _BLURB_PLACEHOLDER:
+        return None
+    return subject, blurb
+
+
+def fill_cover_letter(text: str, kept: tuple[str, str] | None, date: str) -> str:
+    """format-patch's cover letter with the kept subject and blurb, and `date`"""
+    text = re.sub(r"^Date: .*$", lambda _: f"Date: {date}", text, count=1, flags=re.M)
+    if kept:
+        subject, blurb = kept
+        text = text.replace(_SUBJECT_PLACEHOLDER, subject, 1)
+        text = text.replace(_BLURB_PLACEHOLDER, blurb, 1)
+    return text

@@ -8,6 +8,7 @@ and its restore walks stopped after the first VMA (issue 10, item 0).
 """
 import re
 
+from lab import tree
 from lab.common import PATCHES_DIR
 
 _MACRO = re.compile(r"\bVM_(?:BUG|WARN)_ON\w*\s*\(")
@@ -61,6 +62,23 @@ def test_no_side_effects_in_debug_macros():
 
 
 def test_every_patch_is_signed_off():
-    unsigned = [p.name for p in sorted(PATCHES_DIR.glob("*.patch"))
+    unsigned = [p.name for p in tree.series()
                 if not re.search(r"^Signed-off-by: .+ <.+>$", p.read_text(), re.M)]
     assert not unsigned
+
+
+def test_the_cover_letter_is_filled_in_and_current():
+    """`ptlab export` writes it: its shortlog names the series' patches"""
+    text = (PATCHES_DIR / tree.COVER_LETTER).read_text()
+    assert tree.cover_letter_parts(text), "the subject or blurb is a placeholder"
+    subjects = []
+    for p in tree.series():
+        m = re.search(r"^Subject: \[PATCH \d+/(\d+)\] (.*(?:\n .*)*)", p.read_text(), re.M)
+        assert m, p.name
+        subjects.append(" ".join(m.group(2).split()))
+    assert f"[PATCH 00/{len(subjects):02d}]" in text or f"[PATCH 00/{len(subjects)}]" in text
+    shortlog = [" ".join(l.split()) for l in text.splitlines() if l.startswith("  ")]
+    # the shortlog wraps long subjects: compare their starts
+    starts = [s for s in shortlog if not s.startswith(("...", "|"))]
+    for sub in subjects:
+        assert any(sub.startswith(s[:40]) or s.startswith(sub[:40]) for s in starts), sub

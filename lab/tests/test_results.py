@@ -1,4 +1,6 @@
 """Verdicts against the vanilla baseline, and the closing line."""
+from collections import Counter
+
 from lab import results
 from lab.guest import TestRun as Run, _parse_channel
 from lab.suites import Test as SuiteTest
@@ -27,6 +29,9 @@ def test_regression_and_known_failure():
     results.judge(cases, base, flaky={})
     assert [c.verdict for c in cases] == ["pass", "fail", "skip"]
     assert results.closing_line(cases) == "1 passed, 1 failed, 1 skipped"
+    unit = Counter(["pass"] * 93)
+    assert results.closing_line(cases, unit) == (
+        "1 passed, 1 failed, 1 skipped (lab unit tests apart: 93 passed, 0 failed, 0 skipped)")
 
 
 def test_flaky_case_is_known():
