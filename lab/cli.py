@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from . import bench, build, deps, guest, kconfig, results, soak, splat, suites, tree
+from . import bench, build, check, deps, guest, kconfig, results, soak, splat, suites, tree
 from .common import REPO, LabError, cache_dir, info, step, warn
 
 
@@ -35,6 +35,17 @@ def cmd_export(args) -> int:
         print(f"patches/{f.name}")
     print(f"{len(files)} patches written; commit patches/ in the repo")
     return 0
+
+
+def cmd_check(args) -> int:
+    """The series' hygiene (lab/check.py): exit 0 only if every patch is clean."""
+    deps.ensure_apt()
+    src = tree.ensure_patched(force=False)
+    found = check.check_series(src)
+    for f in found:
+        print(f"\n{f.patch}: {f.what}")
+    print(f"\n{len(tree.series())} patches checked, {len({f.patch for f in found})} with findings")
+    return 1 if found else 0
 
 
 def cmd_status(args) -> int:
@@ -370,6 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_tree)
     s = sub.add_parser("export", help="write the work tree's commits to patches/")
     s.set_defaults(fn=cmd_export)
+    s = sub.add_parser("check", help="checkpatch --strict, Signed-off-by and Fixes: tags "
+                                     "of every patch in patches/series")
+    s.set_defaults(fn=cmd_check)
     s = sub.add_parser("status", help="fail if the work tree holds work not in patches/")
     s.set_defaults(fn=cmd_status)
     return p

@@ -18,7 +18,9 @@ APT_SELFTESTS = ["libnuma-dev", "libcap-dev", "liburing-dev"]
 APT_GUEST = ["qemu-system-x86", "busybox-static", "bash-static", "stress-ng", "numactl",
              "redis-server", "trinity"]
 APT_PYTHON = ["python3-pytest", "python3-matplotlib"]
-APT_ALL = APT_BUILD + APT_SELFTESTS + APT_GUEST + APT_PYTHON
+# checkpatch.pl's SPDX check runs scripts/spdxcheck.py, which imports ply and git
+APT_CHECK = ["python3-ply", "python3-git"]
+APT_ALL = APT_BUILD + APT_SELFTESTS + APT_GUEST + APT_PYTHON + APT_CHECK
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 
 
