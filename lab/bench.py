@@ -5,6 +5,7 @@ in ABBA order (A B, B A, A B, ...), repeated; a table per benchmark and a report
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -237,7 +238,10 @@ def write_report(outdir: Path, data: dict) -> None:
           f"- profile {data['profile']}, accelerator {data['accel']}, sizes {data['sizes']}, "
           f"{data['repetitions']} interleaved boots per kernel, {data['date']}",
           f"- series revision: {data['series_revision']}"
+          + (f", repository {data['repo_commit']}" if data.get("repo_commit") else "")
           + (f"; **{data['workdir']}**" if data.get("workdir") else ""),
+          *([f"- machine: {m['cpu']}, {m['cores']} cores, {m['qemu']}"]
+            if (m := data.get("machine")) else []),
           f"- order within each pair of boots: {data.get('order', 'AB')}", "",
           "ratio = B median / A median; whether lower or higher is better is given per "
           "metric. Under TCG absolute times mean nothing; compare ratios with the noise "
@@ -248,6 +252,26 @@ def write_report(outdir: Path, data: dict) -> None:
                 f"![{entry['group']}]({entry['group']}.png)" not in md:
             md += [f"![{entry['group']}]({entry['group']}.png)", ""]
     (outdir / "report.md").write_text("\n".join(md))
+
+
+def repo_commit() -> str:
+    """The repository's HEAD (the lab and the series as committed)"""
+    proc = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() or "unknown"
+
+
+def machine() -> dict:
+    """What the figures were measured on: they hold for that host only"""
+    cpu = "unknown"
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in
+                   Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    proc = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True)
+    qemu = (proc.stdout.splitlines() or ["unknown"])[0]
+    return {"cpu": cpu, "cores": os.cpu_count(), "qemu": qemu}
 
 
 def plot(outdir: Path) -> None:
@@ -347,6 +371,7 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
     data = {"kernels": {s: {k: v for k, v in kernels[s].items() if k != "vmlinux"}
                         for s in ("a", "b")},
             "series_revision": tree.patches_hash()[:12],
+            "repo_commit": repo_commit(), "machine": machine(),
             "profile": "perf", "accel": accel, "sizes": sizes, "repetitions": reps,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "order": "ABBA",
             "workdir": state,

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from . import bench, build, check, deps, guest, kconfig, results, soak, splat, suites, tree
+from . import bench, build, check, deps, index, guest, kconfig, results, soak, splat, suites, tree
 from .common import REPO, LabError, cache_dir, info, step, warn
 
 
@@ -46,6 +46,11 @@ def cmd_check(args) -> int:
         print(f"\n{f.patch}: {f.what}")
     print(f"\n{len(tree.series())} patches checked, {len({f.patch for f in found})} with findings")
     return 1 if found else 0
+
+
+def cmd_index(args) -> int:
+    print(f"{index.write_index()}: every report under results/")
+    return 0
 
 
 def cmd_status(args) -> int:
@@ -384,6 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("check", help="checkpatch --strict, Signed-off-by and Fixes: tags "
                                      "of every patch in patches/series")
     s.set_defaults(fn=cmd_check)
+    s = sub.add_parser("index", help="write results/README.md, the index of the "
+                                     "committed benchmark reports")
+    s.set_defaults(fn=cmd_index)
     s = sub.add_parser("status", help="fail if the work tree holds work not in patches/")
     s.set_defaults(fn=cmd_status)
     return p

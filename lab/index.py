@@ -1,0 +1,66 @@
+"""results/README.md: the index of every committed benchmark report, made
+from their results.json files (`ptlab index`; a unit test fails when the
+committed index is not what this writes). Per report: when, what against
+what, which series and repository, on which machine, and per benchmark
+its headline ratio (its first metric with a ratio, B median / A median)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .common import RESULTS_DIR
+
+HEADER = """# Results
+
+Every benchmark report committed under `results/`, newest first: made by `./ptlab index` from
+the reports' `results.json` (do not edit by hand). A report is one `ptlab bench` run: B against
+A over interleaved boots; each ratio is B's median over A's, the headline of each benchmark
+being its first metric with a ratio (the report has them all, with min and max). A report of a
+kernel against itself ("floor") is a noise floor: read a ratio against the floor of the same
+machine and sizes. Reports older than 2026-11-28 do not record their machine; they were all
+measured on 2-core hosts under QEMU TCG.
+"""
+
+
+def _headlines(data: dict) -> str:
+    out = []
+    for name, entry in data.get("benchmarks", {}).items():
+        for metric, m in entry.get("metrics", {}).items():
+            if m.get("ratio") is not None:
+                out.append(f"{name} {m['ratio']:.3f} ({metric})")
+                break
+    return "; ".join(out)
+
+
+def _row(path: Path, data: dict, results: Path) -> tuple[str, str]:
+    ks = data.get("kernels", {})
+    a, b = (ks.get(s, {}).get("name", "?") for s in ("a", "b"))
+    what = f"{a} vs {a} (floor)" if a == b else f"{b} vs {a}"
+    m = data.get("machine")
+    mach = f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores" if m else "-"
+    rel = path.parent.relative_to(results)
+    cells = [f"[{rel}]({rel}/report.md)", data.get("date", "?")[:16], what,
+             data.get("series_revision", "-"), data.get("repo_commit", "-"), mach,
+             f"{data.get('sizes', '?')}, {data.get('repetitions', '?')}",
+             _headlines(data)]
+    return data.get("date", ""), "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+
+
+def build_index(results: Path = RESULTS_DIR) -> str:
+    rows = []
+    for p in sorted(results.rglob("results.json")):
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        rows.append(_row(p, data, results))
+    rows.sort(key=lambda r: r[0], reverse=True)
+    table = ["| report | date | what | series | repository | machine | sizes, boots "
+             "| headline ratios |", "|---|---|---|---|---|---|---|---|"]
+    return HEADER + "\n" + "\n".join(table + [r for _, r in rows]) + "\n"
+
+
+def write_index(results: Path = RESULTS_DIR) -> Path:
+    out = results / "README.md"
+    out.write_text(build_index(results))
+    return out
