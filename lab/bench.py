@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import build, deps, guest, tree
+from . import build, deps, guest, index, tree
 from .qemu_config import DEFAULT
-from .common import REPO, LabError, cache_dir, info, step, warn
+from .common import REPO, RESULTS_DIR, LabError, cache_dir, info, step, warn
 
 SIZES = ("quick", "default", "full")
 
@@ -379,6 +379,8 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
     write_report(outdir, data)
     plot(outdir)
     write_report(outdir, data)        # again, now that the plots exist
+    if RESULTS_DIR in outdir.resolve().parents:
+        info(f"{index.write_index()}: the index of the reports, with this one")
     print()
     for name, entry in data["benchmarks"].items():
         print(table(name, entry, f"A={a_spec}", f"B={b_spec}"))
