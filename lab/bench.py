@@ -320,7 +320,9 @@ def order(rep: int) -> tuple[str, str]:
 
 
 def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
-              outdir: Path | None) -> int:
+              outdir: Path | None, sysctls: dict | None = None) -> int:
+    """`sysctls`: per side ("a", "b"), "name=value" items set at each boot"""
+    sysctls = sysctls or {}
     if reps < 1:
         raise LabError("--reps must be at least 1")
     benches = select(names)
@@ -329,8 +331,10 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
     for side, spec in (("a", a_spec), ("b", b_spec)):
         name, src = resolve_kernel(spec)
         vmlinux = build.build_kernel(src, tree.kernel_dir(name), "perf")
-        kernels[side] = {"name": spec, "dir": name, "desc": describe(name, src),
-                         "vmlinux": vmlinux}
+        set_ = list(sysctls.get(side, []))
+        kernels[side] = {"name": spec, "dir": name, "vmlinux": vmlinux, "sysctls": set_,
+                         "desc": describe(name, src) + (f", with {', '.join(set_)}"
+                                                        if set_ else "")}
     patched = tree.ensure_patched()
     _, bindir = build.programs(patched, tree.kernel_dir("patched"))
     bins = sorted({bindir / b.argv[0] for b in benches})
@@ -358,7 +362,8 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
                 info(f"{r.test}: {txt} ({r.secs:.0f} s)")
 
             out = guest.boot(k["vmlinux"], plan, bins, rundir / f"boot-{rep}-{side}",
-                             accel=accel, on_test=show, machine=BENCH_MACHINE)
+                             accel=accel, on_test=show, machine=BENCH_MACHINE,
+                             sysctls=k["sysctls"])
             by = {r.test: r for r in out.runs}
             for b in benches:
                 r = by.get(b.name)

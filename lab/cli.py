@@ -248,7 +248,8 @@ def cmd_shell(args) -> int:
     kernel = "vanilla" if args.vanilla else "patched"
     vmlinux, st_dir, ours = prepare(kernel, args.profile, force_tree=False)
     bins = _binaries(suites.ALL, st_dir, ours)
-    return guest.shell(vmlinux, bins, _run_dir(f"shell-{kernel}"))
+    return guest.shell(vmlinux, bins, _run_dir(f"shell-{kernel}"), command=args.exec or "",
+                       append=args.append)
 
 
 def cmd_soak(args) -> int:
@@ -283,7 +284,20 @@ def cmd_soak(args) -> int:
 def cmd_bench(args) -> int:
     outdir = Path(args.out).resolve() if args.out else None
     sizes = "quick" if args.quick else "full" if args.full else "default"
-    return bench.run_bench(args.a, args.b, args.only, args.reps, sizes, outdir)
+    return bench.run_bench(args.a, args.b, args.only, args.reps, sizes, outdir,
+                           bench_sysctls(args.sysctl))
+
+
+def bench_sysctls(items: list[str]) -> dict[str, list[str]]:
+    """`--sysctl [a:|b:]NAME=VALUE` items -> each side's NAME=VALUE list"""
+    out = {"a": [], "b": []}
+    for item in items:
+        side, sep, kv = item.partition(":")
+        if not sep or side not in out:
+            side, kv = "", item
+        for s in (side,) if side else ("a", "b"):
+            out[s].append(_check_sysctl(kv))
+    return out
 
 
 DESCRIPTION = """\
@@ -347,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--b", default="patched", metavar="KERNEL", help="kernel B (default patched)")
     s.add_argument("--out", metavar="DIR", help="report directory (default: a new one "
                                                 "under the cache's runs/)")
+    s.add_argument("--sysctl", action="append", default=[], metavar="[a:|b:]NAME=VALUE",
+                   help="set a sysctl at boot (repeatable) on both kernels, or with a: or "
+                        "b: on one, e.g. b:vm.cow_pte=2; the run fails if the kernel lacks it")
     s.set_defaults(fn=cmd_bench)
     s = sub.add_parser("parse", help="judge a finished test run again, without booting")
     s.add_argument("run_dir", nargs="?", metavar="RUN_DIR",
@@ -368,6 +385,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_soak)
     s = sub.add_parser("shell", help="boot the test kernel with a shell on this terminal")
     s.add_argument("--vanilla", action="store_true", help="boot the vanilla kernel")
+    s.add_argument("--exec", metavar="CMD", help="run CMD (sh -c, in the test programs' "
+                   "directory) instead of a shell, then power off; exit with its status")
+    s.add_argument("--append", action="append", default=[], metavar="ARG",
+                   help="a kernel parameter more (repeatable), e.g. trace_event=tlb:tlb_flush")
     s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES),
                    help=PROFILE_HELP)
     s.set_defaults(fn=cmd_shell)

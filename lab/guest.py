@@ -8,10 +8,10 @@ carries each test's output between PTLAB-BEGIN/END markers and the final
 PTLAB-DONE.
 
 Why not virtme-ng: it boots the host's root over 9p (~9 s per boot under
-TCG against ~1.5 s here, measured in lab-notes.md), needs extra kernel
+TCG against ~1.5 s here, measured before the lab existed), needs extra kernel
 options (a different option set means another full build), and makes
 the guest's file I/O go to the host; the benchmarks boot many times and
-want a guest whose memory is all its own. See the README.
+want a guest whose memory is all its own. See docs/lab.md.
 """
 from __future__ import annotations
 
@@ -86,8 +86,9 @@ def _copy_with_libs(binary: str, root: Path) -> None:
 
 
 def make_initramfs(workdir: Path, plan: list[PlanItem], bins: list[Path],
-                   shell: bool = False) -> Path:
-    """Write workdir/root.cpio (newc, uncompressed) and return it."""
+                   shell: bool = False, command: str = "") -> Path:
+    """Write workdir/root.cpio (newc, uncompressed) and return it. `shell`:
+    a shell instead of the plan, or `command` run by sh -c if one is given."""
     root = workdir / "root"
     shutil.rmtree(root, ignore_errors=True)
     for d in ("bin", "sbin", "usr/bin", "ptlab/bin", "lib64"):
@@ -101,7 +102,7 @@ def make_initramfs(workdir: Path, plan: list[PlanItem], bins: list[Path],
         _copy_with_libs(tool, root)
     (root / "ptlab/plan").write_text("".join(p.line() + "\n" for p in plan))
     if shell:
-        (root / "ptlab/shell").write_text("")
+        (root / "ptlab/shell").write_text(command)
     cpio = workdir / "root.cpio"
     files = subprocess.run(["find", "."], cwd=root, capture_output=True, text=True).stdout
     with open(cpio, "wb") as out:
@@ -295,12 +296,26 @@ def collect(workdir: Path, wall: float = 0.0) -> Outcome:
                    splat.dropped(text), ch.setup)
 
 
-def shell(vmlinux: Path, bins: list[Path], workdir: Path, machine: Machine = DEFAULT) -> int:
-    """Boot with the console on this terminal and a shell instead of the plan."""
+def shell(vmlinux: Path, bins: list[Path], workdir: Path, machine: Machine = DEFAULT,
+          command: str = "", append: list[str] = ()) -> int:
+    """Boot with the console on this terminal and a shell instead of the plan;
+    with `command`, run it (sh -c, in /ptlab/bin) and power off: the exit
+    status is the command's. `append`: more kernel parameters."""
     workdir.mkdir(parents=True, exist_ok=True)
-    cpio = make_initramfs(workdir, [], bins, shell=True)
+    cpio = make_initramfs(workdir, [], bins, shell=True, command=command)
     accel = probe_accel(vmlinux)
+    machine = replace(machine, cmdline=(*machine.cmdline, *append))
+    results = workdir / "results.txt"
+    results.write_text("")
     args = machine.qemu_args(accel, str(vmlinux), str(cpio), ["-serial", "mon:stdio"],
-                             f"file:{workdir / 'results.txt'}")
-    step(f"boot {vmlinux} ({accel}); Ctrl-A X quits QEMU")
-    return subprocess.call(args)
+                             f"file:{results}")
+    (workdir / "qemu-cmdline").write_text(" ".join(args) + "\n")
+    if not command:
+        step(f"boot {vmlinux} ({accel}); Ctrl-A X quits QEMU")
+        return subprocess.call(args)
+    step(f"boot {vmlinux} ({accel}) and run: {command}")
+    subprocess.call(args, stdin=subprocess.DEVNULL)
+    m = re.search(r"^PTLAB-SHELL-EXIT (\d+)", results.read_text(errors="replace"), re.M)
+    if not m:
+        raise GuestError("the guest stopped before the command ended", hint=f"see {workdir}")
+    return int(m.group(1))

@@ -81,3 +81,11 @@ def test_build_parses_without_a_kernel_and_refuses_a_typo():
     assert p.parse_args(["build", "vanilla", "patched"]).kernel == ["vanilla", "patched"]
     with pytest.raises(SystemExit):
         p.parse_args(["build", "vanila"])
+
+
+def test_bench_sysctls_per_side():
+    from lab.cli import bench_sysctls
+    assert bench_sysctls(["b:vm.cow_pte=2", "vm.pte_table_reclaim=0"]) == {
+        "a": ["vm.pte_table_reclaim=0"], "b": ["vm.cow_pte=2", "vm.pte_table_reclaim=0"]}
+    with pytest.raises(LabError):
+        bench_sysctls(["a:vm.cow_pte"])
