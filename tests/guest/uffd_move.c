@@ -2,7 +2,7 @@
 /*
  * uffd_move: UFFDIO_MOVE, what it promises and the bugs it had.
  *
- * The scenarios of ../shared/design/uffd-move.md, data checked page by
+ * The scenarios of docs/uffd-move.md, data checked page by
  * page: each page carries a tag (its index and a seed) in its first and
  * last word, and the destination must hold exactly the tags the source
  * held, the source nothing.  pagemap tells the rest: present, swapped,
@@ -11,7 +11,7 @@
  * The audit of 6.12.117 against the bugs fixed upstream since UFFDIO_MOVE
  * landed (commits "Fixes: adef440691ba") has a case here for each one a
  * test can reach; a case named after a bug failed before our fix of it.
- * The table is in the README ("UFFDIO_MOVE: the audit").
+ * The table is in docs/uffd-move.md ("the audit").
  */
 #include <errno.h>
 #include <numaif.h>
