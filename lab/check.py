@@ -17,7 +17,7 @@ from . import tree
 from .common import info, run, step
 
 _FIXES = re.compile(r"^Fixes:.*$", re.M)
-_FIXES_OK = re.compile(r'^Fixes: [0-9a-f]{12,40} \("[^"\n]+"\)$')
+_FIXES_OK = re.compile(r'^Fixes: [0-9a-f]{12,40} \(".+"\)$')
 _SIGNED = re.compile(r"^Signed-off-by: .+ <.+>$", re.M)
 
 

@@ -6,7 +6,7 @@
  * PR_SET_COW_PTE takes 0 or 1 with zero arguments after it, PR_GET_COW_PTE
  * only zeros; fork inherits the flag, exec drops it.
  *
- * The scenarios of ../shared/design/cow-pte.md, data checked page by page
+ * The scenarios of docs/cow-pte.md, data checked page by page
  * in every process: each page carries a tag naming who wrote it last, and
  * every process checks every page it can see against what it must see.
  * On a kernel with the feature, the vmstat counters prove the tables were
@@ -480,6 +480,8 @@ TEST(grandchildren)
 
 	scen_setup(_metadata, &s);
 	ASSERT_EQ(0, chan_open(&b));
+	/* the orphaned grandchild becomes our child: reaped, its tables are gone */
+	ASSERT_EQ(0, prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0));
 	mid = fork();
 	ASSERT_LE(0, mid);
 	if (!mid) {
@@ -508,6 +510,7 @@ TEST(grandchildren)
 	chan_put(b.down[1]);
 	EXPECT_EQ(0, chan_recv(b.up[0]))
 		TH_LOG("the grandchild: 2 saw other data, 3 lost its writes, -1 died");
+	EXPECT_EQ(0, reap(-1)) TH_LOG("the grandchild was not ours to reap");
 	EXPECT_EQ(0, count_bad(s.p, 0, PAGES, 1)) TH_LOG("a descendant's writes show");
 	fill(s.p, 0, PAGES, 5);
 	ASSERT_EQ(0, munmap(s.p, AREA));

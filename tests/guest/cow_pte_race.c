@@ -778,7 +778,7 @@ TEST_F_TIMEOUT(race, splits_meet_walkers, 300)
 #define MADV_COLLAPSE	25
 #endif
 #define COLLAPSE_ROUNDS	6	/* rounds at most while none collapsed */
-#define COLLAPSE_TRIES	4	/* MADV_COLLAPSE calls in a round, on EAGAIN */
+#define COLLAPSE_TRIES	8	/* MADV_COLLAPSE calls in a round at most */
 
 TEST_F_TIMEOUT(race, forks_meet_walkers, 300)
 {
@@ -799,9 +799,10 @@ TEST_F_TIMEOUT(race, forks_meet_walkers, 300)
 	 * Until a round has collapsed the THP, up to COLLAPSE_ROUNDS rounds
 	 * however long they take: under KASAN, in a soak, a round has taken
 	 * over 30 s (a KASAN soak made 1 round in three times the test's
-	 * time, its one collapse failed).  A collapse fails with EAGAIN while
-	 * the migrating thread holds one of the pages isolated: it is tried
-	 * again at once, a few times.
+	 * time, its one collapse failed).  A collapse fails while the walkers
+	 * hold a page isolated (EAGAIN) or have just unmapped or swapped one
+	 * out (EINVAL, ENOMEM): it is tried again at once, a few times, on
+	 * any error.
 	 */
 	for (end = time(NULL) + WALK_SECONDS;
 	     time(NULL) < end || (!collapsed && rounds < COLLAPSE_ROUNDS);
@@ -816,8 +817,6 @@ TEST_F_TIMEOUT(race, forks_meet_walkers, 300)
 				break;
 			}
 			collapse_errno = errno;
-			if (errno != EAGAIN)
-				break;
 		}
 		pid = fork();
 		ASSERT_LE(0, pid);
