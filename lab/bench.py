@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import build, deps, guest, index, tree
+from . import build, deps, guest, index, run, tree
 from .qemu_config import DEFAULT
 from .common import REPO, RESULTS_DIR, LabError, cache_dir, info, step, warn
 
@@ -130,40 +130,6 @@ def parse_output(lines: list[str], rc: int | None) -> tuple[dict, str]:
     if rc != 0 or not verified:
         return {}, f"exit status {rc}" + ("" if verified else ", no 'verify ok'")
     return metrics, ""
-
-
-# --- kernels ------------------------------------------------------------
-
-def resolve_kernel(spec: str) -> tuple[str, Path]:
-    """'vanilla', 'patched', or a commit of the work tree (a series revision)."""
-    if spec == "vanilla":
-        return spec, tree.ensure_vanilla()
-    patched = tree.ensure_patched()
-    if spec == "patched":
-        return spec, patched
-    sha = subprocess.run(["git", "-C", str(patched), "rev-parse", "--short=12",
-                          f"{spec}^{{commit}}"], capture_output=True, text=True).stdout.strip()
-    if not sha:
-        raise LabError(f"{spec!r} is neither vanilla, patched nor a commit of the work tree",
-                       hint=f"git -C {patched} log --oneline {tree.BASE_TAG}..")
-    name = f"rev-{sha}"
-    src = tree.src_dir(name)
-    if not (src / ".git").exists():
-        step(f"work tree for {spec} ({sha}) in {src}")
-        src.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "-C", str(patched), "worktree", "add", "-f", "--detach",
-                        str(src), sha], check=True, capture_output=True)
-    return name, src
-
-
-def describe(name: str, src: Path) -> str:
-    if name == "vanilla":
-        return f"vanilla {tree.kernel_version(src)}"
-    desc = subprocess.run(["git", "-C", str(src), "log", "-1", "--format=%h %s"],
-                          capture_output=True, text=True).stdout.strip()
-    n = subprocess.run(["git", "-C", str(src), "rev-list", "--count", f"{tree.BASE_TAG}..HEAD"],
-                       capture_output=True, text=True).stdout.strip()
-    return f"{tree.kernel_version(src)} + {n} patches (HEAD {desc})"
 
 
 # --- statistics and the report ------------------------------------------
@@ -329,17 +295,17 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
     deps.ensure_apt()
     kernels = {}
     for side, spec in (("a", a_spec), ("b", b_spec)):
-        name, src = resolve_kernel(spec)
+        name, src = tree.resolve_kernel(spec)
         vmlinux = build.build_kernel(src, tree.kernel_dir(name), "perf")
         set_ = list(sysctls.get(side, []))
         kernels[side] = {"name": spec, "dir": name, "vmlinux": vmlinux, "sysctls": set_,
-                         "desc": describe(name, src) + (f", with {', '.join(set_)}"
+                         "desc": tree.describe(name, src) + (f", with {', '.join(set_)}"
                                                         if set_ else "")}
     patched = tree.ensure_patched()
     _, bindir = build.programs(patched, tree.kernel_dir("patched"))
     bins = sorted({bindir / b.argv[0] for b in benches})
     size_arg = {"quick": ["--quick"], "default": [], "full": ["--full"]}[sizes]
-    plan = [guest.PlanItem("bench", b.name, b.timeout * (3 if sizes == "full" else 1),
+    plan = [run.PlanItem("bench", b.name, b.timeout * (3 if sizes == "full" else 1),
                            [*b.argv, *size_arg]) for b in benches]
     rundir = cache_dir() / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-bench"
     outdir = outdir or rundir     # the report; boots' consoles and initramfs stay in rundir

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from . import bench, build, check, deps, index, guest, kconfig, results, soak, splat, suites, tree
+from . import bench, build, check, deps, index, run, guest, kconfig, results, soak, splat, suites, tree
 from .common import REPO, LabError, cache_dir, info, step, warn
 
 
@@ -130,7 +130,7 @@ def _binaries(tests, st_dir, ours):
     return sorted(set(bins))
 
 
-def _one_liner(r: guest.TestRun) -> None:
+def _one_liner(r: run.TestRun) -> None:
     fmt = next((t.fmt for t in suites.ALL if (t.suite, t.test) == (r.suite, r.test)), "ktap")
     c = Counter(x.status for x in results.parse_output(r.output, fmt).cases)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(c.items())) or \
@@ -189,7 +189,7 @@ def cmd_test(args) -> int:
     return report(run_dir, out, tests, meta, extra, args.record_baseline)
 
 
-def report(run_dir: Path, out: guest.Outcome, tests: list, meta: dict, extra: Counter,
+def report(run_dir: Path, out: run.Outcome, tests: list, meta: dict, extra: Counter,
            record: bool) -> int:
     """Print what results.judge_run() decided: the tables, the closing line."""
     cases = results.judge_run(out, tests, meta["profile"], meta["kernel"])
@@ -264,7 +264,7 @@ def cmd_soak(args) -> int:
     sysctls = soak.sysctls(kconfig.all_on_sysctls(),
                            [_check_sysctl(kv) for kv in args.sysctl])
     secs = args.minutes * 60
-    plan = [guest.PlanItem("soak", "soak", secs + 600,
+    plan = [run.PlanItem("soak", "soak", secs + 600,
                            ["soak", str(args.minutes),
                             args.memcg_limit or soak.memcg_limit(args.profile),
                             ",".join(soak.unconfined_args(args.minutes)),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import kconfig, ktap
 from .common import BASELINE_DIR, LabError
-from .guest import TestRun
+from .run import TestRun
 from .suites import Test
 
 GOOD = ("pass", "xfail")

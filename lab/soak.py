@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import guest, splat
+from . import run, splat
 
 # stress-ng's page-table stressors, one instance each.  Debian 12 has stress-ng
 # 0.15.06: its mmapcow, vma and ksm stressors (and the --ksm option) came
@@ -278,7 +278,7 @@ def parse(lines: list[str], profile: str = "debug") -> SoakResult:
     return res
 
 
-def report(res: SoakResult, out: guest.Outcome, minutes: int,
+def report(res: SoakResult, out: run.Outcome, minutes: int,
            profile: str = "debug") -> tuple[str, bool]:
     """The text to print and whether the soak passed."""
     lines = [f"soak: {minutes} min; {res.memcg}"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .guest import PlanItem
+from .run import PlanItem
 
 
 @dataclass(frozen=True)

@@ -295,3 +295,37 @@ def fill_cover_letter(text: str, kept: tuple[str, str] | None, date: str) -> str
         text = text.replace(_SUBJECT_PLACEHOLDER, subject, 1)
         text = text.replace(_BLURB_PLACEHOLDER, blurb, 1)
     return text
+
+
+# --- kernels by name, for bench's --a and --b --------------------------
+
+def resolve_kernel(spec: str) -> tuple[str, Path]:
+    """'vanilla', 'patched', or a commit of the work tree (a series revision)."""
+    if spec == "vanilla":
+        return spec, ensure_vanilla()
+    patched = ensure_patched()
+    if spec == "patched":
+        return spec, patched
+    sha = subprocess.run(["git", "-C", str(patched), "rev-parse", "--short=12",
+                          f"{spec}^{{commit}}"], capture_output=True, text=True).stdout.strip()
+    if not sha:
+        raise TreeError(f"{spec!r} is neither vanilla, patched nor a commit of the work tree",
+                       hint=f"git -C {patched} log --oneline {BASE_TAG}..")
+    name = f"rev-{sha}"
+    src = src_dir(name)
+    if not (src / ".git").exists():
+        step(f"work tree for {spec} ({sha}) in {src}")
+        src.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "-C", str(patched), "worktree", "add", "-f", "--detach",
+                        str(src), sha], check=True, capture_output=True)
+    return name, src
+
+
+def describe(name: str, src: Path) -> str:
+    if name == "vanilla":
+        return f"vanilla {kernel_version(src)}"
+    desc = subprocess.run(["git", "-C", str(src), "log", "-1", "--format=%h %s"],
+                          capture_output=True, text=True).stdout.strip()
+    n = subprocess.run(["git", "-C", str(src), "rev-list", "--count", f"{BASE_TAG}..HEAD"],
+                       capture_output=True, text=True).stdout.strip()
+    return f"{kernel_version(src)} + {n} patches (HEAD {desc})"

@@ -2,7 +2,7 @@
 from collections import Counter
 
 from lab import results
-from lab.guest import TestRun as Run, _parse_channel
+from lab.run import TestRun as Run, parse_channel as _parse_channel
 from lab.suites import Test as SuiteTest
 
 T = SuiteTest("cow", "cow", ("cow",), 60)
@@ -153,9 +153,9 @@ def test_parse_of_the_run_ci_failed_on():
 
 
 def test_an_unfinished_guest_fails():
-    from lab import guest
-    out = guest.Outcome(runs=[], finished=False, splats=[], console=None, results=None,
-                        boot="", wall=0)
+    from lab import run
+    out = run.Outcome(runs=[], finished=False, splats=[], console=None, results=None,
+                      boot="", wall=0)
     cases = results.judge_run(out, [T], "debug", "patched")
     assert results.failed(cases)
     assert any(c.name == "<the guest did not finish the plan>" for c in cases)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lab import soak
-from lab.guest import Outcome
+from lab.run import Outcome
 
 GOOD = """\
 SOAK-SWITCH /proc/sys/vm/pte_table_reclaim 1
