@@ -201,7 +201,8 @@ def write_report(outdir: Path, data: dict) -> None:
     a, b = data["kernels"]["a"]["name"], data["kernels"]["b"]["name"]
     md = [f"# ptlab bench: {b} vs {a}", "",
           f"- A: {data['kernels']['a']['desc']}", f"- B: {data['kernels']['b']['desc']}",
-          f"- profile {data['profile']}, accelerator {data['accel']}, sizes {data['sizes']}, "
+          f"- profile {data['profile']}, accelerator {data['accel']}, "
+          f"guest clock {data.get('clock', 'host')}, sizes {data['sizes']}, "
           f"{data['repetitions']} interleaved boots per kernel, {data['date']}",
           f"- series revision: {data['series_revision']}"
           + (f", repository {data['repo_commit']}" if data.get("repo_commit") else "")
@@ -227,7 +228,7 @@ def repo_commit() -> str:
     return proc.stdout.strip() or "unknown"
 
 
-def machine() -> dict:
+def host_machine() -> dict:
     """What the figures were measured on: they hold for that host only"""
     cpu = "unknown"
     try:
@@ -286,9 +287,12 @@ def order(rep: int) -> tuple[str, str]:
 
 
 def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
-              outdir: Path | None, sysctls: dict | None = None) -> int:
-    """`sysctls`: per side ("a", "b"), "name=value" items set at each boot"""
+              outdir: Path | None, sysctls: dict | None = None,
+              icount: int | None = None) -> int:
+    """`sysctls`: per side ("a", "b"), "name=value" items set at each boot.
+    `icount`: the guest's clock counts instructions (Machine.icount), TCG"""
     sysctls = sysctls or {}
+    vm = replace(BENCH_MACHINE, icount=icount)
     if reps < 1:
         raise LabError("--reps must be at least 1")
     benches = select(names)
@@ -307,13 +311,17 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
     size_arg = {"quick": ["--quick"], "default": [], "full": ["--full"]}[sizes]
     plan = [run.PlanItem("bench", b.name, b.timeout * (3 if sizes == "full" else 1),
                            [*b.argv, *size_arg]) for b in benches]
+    # the host's limit on a boot: each program's own limit, and some for the
+    # boot (under --icount the guest's limits count instructions, not seconds)
+    host_timeout = sum(p.timeout for p in plan) + 600
     rundir = cache_dir() / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-bench"
     outdir = outdir or rundir     # the report; boots' consoles and initramfs stay in rundir
     runs = {b.name: {"a": [], "b": []} for b in benches}
     used = {}  # benchmark -> the sizes it printed
-    accel = guest.probe_accel(kernels["a"]["vmlinux"])
+    accel = "tcg" if icount is not None else guest.probe_accel(kernels["a"]["vmlinux"])
+    clock = f"icount shift={icount}" if icount is not None else "host"
     step(f"{len(benches)} benchmarks x {reps} interleaved boots of A={a_spec} and "
-         f"B={b_spec} (sizes: {sizes}, {accel}); report in {outdir}")
+         f"B={b_spec} (sizes: {sizes}, {accel}, clock: {clock}); report in {outdir}")
     state = workdir_state()
     if state:
         warn(state)
@@ -328,7 +336,7 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
                 info(f"{r.test}: {txt} ({r.secs:.0f} s)")
 
             out = guest.boot(k["vmlinux"], plan, bins, rundir / f"boot-{rep}-{side}",
-                             accel=accel, on_test=show, machine=BENCH_MACHINE,
+                             accel=accel, on_test=show, machine=vm, timeout=host_timeout,
                              sysctls=k["sysctls"])
             by = {r.test: r for r in out.runs}
             for b in benches:
@@ -338,12 +346,15 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
                 res = parse_output(r.output, r.rc) if r else ({}, "not run: guest stopped")
                 if out.splats:
                     res = ({}, f"console splat: {out.splats[0].title}")
+                elif out.setup:     # a --sysctl the kernel lacks or did not take
+                    res = ({}, f"guest setup: {out.setup[0]}")
                 runs[b.name][side].append(res)
     data = {"kernels": {s: {k: v for k, v in kernels[s].items() if k != "vmlinux"}
                         for s in ("a", "b")},
             "series_revision": tree.patches_hash()[:12],
-            "repo_commit": repo_commit(), "machine": machine(),
-            "profile": "perf", "accel": accel, "sizes": sizes, "repetitions": reps,
+            "repo_commit": repo_commit(), "machine": host_machine(),
+            "profile": "perf", "accel": accel, "clock": clock, "sizes": sizes,
+            "repetitions": reps,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "order": "ABBA",
             "workdir": state,
             "benchmarks": aggregate(runs, benches, used)}

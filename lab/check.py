@@ -7,14 +7,14 @@ the subject in parentheses and quotes); a new file is one that MAINTAINERS
 covers."""
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import tree
-from .common import info, run, step
+from .common import info, step
 
 _FIXES = re.compile(r"^Fixes:.*$", re.M)
 _FIXES_OK = re.compile(r'^Fixes: [0-9a-f]{12,40} \(".+"\)$')
@@ -49,18 +49,32 @@ IGNORED = ("UNKNOWN_COMMIT_ID", "FILE_PATH_CHANGES")
 
 
 def maintainers_patterns(src: Path) -> list[str]:
+    """The F: entries of MAINTAINERS, a directory's with its trailing /"""
     text = (src / "MAINTAINERS").read_text(errors="replace")
-    return re.findall(r"^F:\s+(\S+)", text, re.M)
+    pats = re.findall(r"^F:\s+(\S+)", text, re.M)
+    return [p + "/" if not p.endswith("/") and (src / p).is_dir() else p for p in pats]
+
+
+def _glob_rx(pat: str) -> str:
+    """A shell glob as a regex whose * and ? do not cross a /"""
+    out = []
+    for part in re.split(r"(\*|\?|\[[^\]]*\])", pat):
+        out.append("[^/]*" if part == "*" else "[^/]" if part == "?" else
+                   part if part.startswith("[") and part.endswith("]") and len(part) > 1
+                   else re.escape(part))
+    return "".join(out)
 
 
 def covered_by_maintainers(path: str, patterns: list[str]) -> bool:
-    """Whether an F: pattern of MAINTAINERS matches `path` (get_maintainer.pl's
-    rules: a directory covers its tree, globs match within it)"""
+    """Whether an F: pattern of MAINTAINERS matches `path`, as get_maintainer.pl
+    reads them: a directory covers its tree; a glob's * and ? stay within
+    one directory level (X: exclusions and N: regexes are not looked at)"""
     for pat in patterns:
         if pat == path or (pat.endswith("/") and path.startswith(pat)):
             return True
-        if any(c in pat for c in "*?[") and fnmatch.fnmatch(path, pat):
-            return True
+        if any(c in pat for c in "*?["):
+            if re.fullmatch(_glob_rx(pat), path):
+                return True
     return False
 
 
@@ -70,10 +84,14 @@ def new_files(text: str) -> list[str]:
 
 def checkpatch(src: Path, patch: Path) -> list[Finding]:
     # spdxcheck.py runs as `python3`: Debian's, which has ply and git
-    env = {"PATH": "/usr/bin:/bin:" + os.environ.get("PATH", "")}
-    proc = run(["perl", "scripts/checkpatch.pl", "--strict", "-q", "--no-summary",
-                "--ignore", ",".join(IGNORED), str(patch)], cwd=src, env=env, check=False)
-    text = (proc.stdout or "").strip()
+    env = {**os.environ, "PATH": "/usr/bin:/bin:" + os.environ.get("PATH", "")}
+    proc = subprocess.run(["perl", "scripts/checkpatch.pl", "--strict", "-q", "--no-summary",
+                           "--ignore", ",".join(IGNORED), str(patch)], cwd=src, env=env,
+                          capture_output=True, text=True)
+    text = proc.stdout.strip()
+    # what perl or spdxcheck.py say on stderr counts only with a failure
+    if proc.returncode:
+        text += ("\n" + proc.stderr.strip()) if proc.stderr.strip() else ""
     out = [] if proc.returncode == 0 and not text else [
         Finding(patch.name, "checkpatch --strict:\n" + text)]
     patterns = maintainers_patterns(src)

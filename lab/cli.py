@@ -249,7 +249,7 @@ def cmd_shell(args) -> int:
     vmlinux, st_dir, ours = prepare(kernel, args.profile, force_tree=False)
     bins = _binaries(suites.ALL, st_dir, ours)
     return guest.shell(vmlinux, bins, _run_dir(f"shell-{kernel}"), command=args.exec or "",
-                       append=args.append)
+                       append=args.append, timeout=args.timeout)
 
 
 def cmd_soak(args) -> int:
@@ -282,22 +282,26 @@ def cmd_soak(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.icount is not None and not 0 <= args.icount <= 10:
+        raise LabError(f"--icount {args.icount}: QEMU takes a shift of 0 to 10")
     outdir = Path(args.out).resolve() if args.out else None
     sizes = "quick" if args.quick else "full" if args.full else "default"
     return bench.run_bench(args.a, args.b, args.only, args.reps, sizes, outdir,
-                           bench_sysctls(args.sysctl))
+                           bench_sysctls(args.sysctl), args.icount)
 
 
 def bench_sysctls(items: list[str]) -> dict[str, list[str]]:
     """`--sysctl [a:|b:]NAME=VALUE` items -> each side's NAME=VALUE list"""
-    out = {"a": [], "b": []}
+    out = {"a": {}, "b": {}}
     for item in items:
         side, sep, kv = item.partition(":")
         if not sep or side not in out:
             side, kv = "", item
         for s in (side,) if side else ("a", "b"):
-            out[s].append(_check_sysctl(kv))
-    return out
+            name = _check_sysctl(kv).split("=", 1)[0]
+            out[s].pop(name, None)          # the last one of a name wins
+            out[s][name] = kv
+    return {s: list(d.values()) for s, d in out.items()}
 
 
 DESCRIPTION = """\
@@ -364,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sysctl", action="append", default=[], metavar="[a:|b:]NAME=VALUE",
                    help="set a sysctl at boot (repeatable) on both kernels, or with a: or "
                         "b: on one, e.g. b:vm.cow_pte=2; the run fails if the kernel lacks it")
+    s.add_argument("--icount", type=int, nargs="?", const=0, metavar="SHIFT",
+                   help="the guest's clock counts executed instructions (QEMU -icount "
+                        "shift=SHIFT, default 0: 1 ns each), not the host's time: "
+                        "deterministic figures for single-threaded work; TCG, one host thread")
     s.set_defaults(fn=cmd_bench)
     s = sub.add_parser("parse", help="judge a finished test run again, without booting")
     s.add_argument("run_dir", nargs="?", metavar="RUN_DIR",
@@ -389,6 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "directory) instead of a shell, then power off; exit with its status")
     s.add_argument("--append", action="append", default=[], metavar="ARG",
                    help="a kernel parameter more (repeatable), e.g. trace_event=tlb:tlb_flush")
+    s.add_argument("--timeout", type=int, default=3600,
+                   help="with --exec: seconds before QEMU is killed (default 3600)")
     s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES),
                    help=PROFILE_HELP)
     s.set_defaults(fn=cmd_shell)

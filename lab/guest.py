@@ -199,10 +199,11 @@ def collect(workdir: Path, wall: float = 0.0) -> Outcome:
 
 
 def shell(vmlinux: Path, bins: list[Path], workdir: Path, machine: Machine = DEFAULT,
-          command: str = "", append: list[str] = ()) -> int:
+          command: str = "", append: list[str] = (), timeout: int = 3600) -> int:
     """Boot with the console on this terminal and a shell instead of the plan;
-    with `command`, run it (sh -c, in /ptlab/bin) and power off: the exit
-    status is the command's. `append`: more kernel parameters."""
+    with `command`, run it (sh -c, in /ptlab/bin, stdin /dev/null) and power
+    off: the exit status is the command's, QEMU is killed after `timeout`
+    seconds. `append`: more kernel parameters."""
     workdir.mkdir(parents=True, exist_ok=True)
     cpio = make_initramfs(workdir, [], bins, shell=True, command=command)
     accel = probe_accel(vmlinux)
@@ -216,7 +217,11 @@ def shell(vmlinux: Path, bins: list[Path], workdir: Path, machine: Machine = DEF
         step(f"boot {vmlinux} ({accel}); Ctrl-A X quits QEMU")
         return subprocess.call(args)
     step(f"boot {vmlinux} ({accel}) and run: {command}")
-    subprocess.call(args, stdin=subprocess.DEVNULL)
+    try:
+        subprocess.run(args, stdin=subprocess.DEVNULL, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise GuestError(f"the guest did not end within {timeout} s: QEMU killed",
+                         hint=f"--timeout; see {workdir}") from None
     m = re.search(r"^PTLAB-SHELL-EXIT (\d+)", results.read_text(errors="replace"), re.M)
     if not m:
         raise GuestError("the guest stopped before the command ended", hint=f"see {workdir}")

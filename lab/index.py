@@ -24,26 +24,36 @@ measured on 2-core hosts under QEMU TCG.
 
 def _headlines(data: dict) -> str:
     out = []
-    for name, entry in data.get("benchmarks", {}).items():
-        for metric, m in entry.get("metrics", {}).items():
-            if m.get("ratio") is not None:
+    benches = data.get("benchmarks")
+    for name, entry in (benches.items() if isinstance(benches, dict) else ()):
+        metrics = entry.get("metrics") if isinstance(entry, dict) else None
+        for metric, m in (metrics.items() if isinstance(metrics, dict) else ()):
+            if isinstance(m, dict) and isinstance(m.get("ratio"), (int, float)):
                 out.append(f"{name} {m['ratio']:.3f} ({metric})")
                 break
     return "; ".join(out)
 
 
+def _side(k: dict) -> str:
+    """A kernel as the report names it, with the sysctls set on it"""
+    sysctls = k.get("sysctls") or []
+    return str(k.get("name", "?")) + (f" ({', '.join(map(str, sysctls))})" if sysctls else "")
+
+
 def _row(path: Path, data: dict, results: Path) -> tuple[str, str]:
-    ks = data.get("kernels", {})
-    a, b = (ks.get(s, {}).get("name", "?") for s in ("a", "b"))
+    ks = data.get("kernels") if isinstance(data.get("kernels"), dict) else {}
+    a, b = (_side(ks.get(s) if isinstance(ks.get(s), dict) else {}) for s in ("a", "b"))
     what = f"{a} vs {a} (floor)" if a == b else f"{b} vs {a}"
-    m = data.get("machine")
+    m = data.get("machine") if isinstance(data.get("machine"), dict) else None
     mach = f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores" if m else "-"
+    clock = data.get("clock") or "host"
     rel = path.parent.relative_to(results)
-    cells = [f"[{rel}]({rel}/report.md)", data.get("date", "?")[:16], what,
-             data.get("series_revision", "-"), data.get("repo_commit", "-"), mach,
-             f"{data.get('sizes', '?')}, {data.get('repetitions', '?')}",
-             _headlines(data)]
-    return data.get("date", ""), "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+    date = str(data.get("date") or "")
+    cells = [f"[{rel}]({rel}/report.md)", date[:16] or "?", what,
+             str(data.get("series_revision") or "-"), str(data.get("repo_commit") or "-"),
+             mach, f"{data.get('accel') or '?'}, clock {clock}",
+             f"{data.get('sizes') or '?'}, {data.get('repetitions') or '?'}", _headlines(data)]
+    return date, "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 
 
 def build_index(results: Path = RESULTS_DIR) -> str:
@@ -53,10 +63,12 @@ def build_index(results: Path = RESULTS_DIR) -> str:
             data = json.loads(p.read_text())
         except (OSError, ValueError):
             continue
+        if not isinstance(data, dict):
+            continue
         rows.append(_row(p, data, results))
     rows.sort(key=lambda r: r[0], reverse=True)
-    table = ["| report | date | what | series | repository | machine | sizes, boots "
-             "| headline ratios |", "|---|---|---|---|---|---|---|---|"]
+    table = ["| report | date | what | series | repository | machine | accelerator, clock "
+             "| sizes, boots | headline ratios |", "|---|---|---|---|---|---|---|---|---|"]
     return HEADER + "\n" + "\n".join(table + [r for _, r in rows]) + "\n"
 
 

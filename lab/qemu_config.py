@@ -17,6 +17,10 @@ class Machine:
                                 # scanned: big enough for a whole run
                                 "log_buf_len=16M")
     extra: list[str] = field(default_factory=list)
+    # QEMU's -icount shift (TCG only): the guest's clocks follow the
+    # instructions it executes, 2**shift ns each, not the host's time; vCPUs
+    # then run in turn on one host thread (no MTTCG). None: the host's time
+    icount: int | None = None
 
     def qemu_args(self, accel: str, kernel: str, initrd: str, console: list[str],
                   results: str) -> list[str]:
@@ -28,6 +32,9 @@ class Machine:
                         f"cores={self.cpus // len(self.nodes)},threads=1"]
         if accel == "kvm":
             args += ["-accel", "kvm", "-cpu", "host"]
+        elif self.icount is not None:
+            args += ["-accel", "tcg,thread=single", "-cpu", "max",
+                     "-icount", f"shift={self.icount},sleep=off,align=off"]
         else:
             args += ["-accel", "tcg,thread=multi", "-cpu", "max"]
         per = self.cpus // len(self.nodes)

@@ -249,15 +249,20 @@ def export() -> list[Path]:
                         details=dirty)
     cover = PATCHES_DIR / COVER_LETTER
     kept = cover_letter_parts(cover.read_text()) if cover.exists() else None
+    if cover.exists() and kept is None and not is_placeholder_letter(cover.read_text()):
+        raise TreeError(f"cannot read the subject and text of {cover}",
+                        hint="keep its Subject: [...] line and the shortlog "
+                             "(\"ptlab (N):\" then indented lines) that export wrote")
     for p in series():
         p.unlink()
     PATCHES_DIR.mkdir(exist_ok=True)
     out = _git(src, "format-patch", "--zero-commit", "--no-signature", "--cover-letter",
                "-o", str(PATCHES_DIR), f"{BASE_TAG}..HEAD")
     files = [Path(l) for l in out.splitlines() if l.strip() and Path(l).name != COVER_LETTER]
-    # the same date on every export: the letter changes when the series does
-    date = _git(src, "log", "-1", "--format=%aD").strip()
-    cover.write_text(fill_cover_letter(cover.read_text(), kept, date))
+    if files:
+        # the same date on every export: the letter changes when the series does
+        date = _git(src, "log", "-1", "--format=%aD").strip()
+        cover.write_text(fill_cover_letter(cover.read_text(), kept, date))
     (PATCHES_DIR / "series").write_text(
         "# applied in this order on linux-source-6.12 (see README)\n"
         + "".join(f"{f.name}\n" for f in files))
@@ -270,21 +275,33 @@ _SUBJECT_PLACEHOLDER = "*** SUBJECT HERE ***"
 _BLURB_PLACEHOLDER = "*** BLURB HERE ***"
 
 
-def cover_letter_parts(text: str) -> tuple[str, str] | None:
-    """The subject (without "[PATCH 00/NN] ") and the blurb of a cover letter
-    that format-patch wrote and a person filled in: what export keeps; the
-    shortlog and diffstat after the blurb it writes anew."""
+def _letter_fields(text: str) -> tuple[str, str] | None:
     head, sep, body = text.partition("\n\n")
-    m = re.search(r"^Subject: \[PATCH 0+/\d+\] (.*(?:\n .*)*)", head, re.M)
+    # "[PATCH 00/37]", "[PATCH v2 00/37]", "[RFC PATCH 00/37]"...; folded lines
+    m = re.search(r"^Subject: \[[^\]]*\] (.*(?:\n[ \t].*)*)", head, re.M)
     if not sep or not m:
         return None
     subject = " ".join(m.group(1).split())
-    # the shortlog starts with "<author> (<count>):"
-    end = re.search(r"^\S.* \(\d+\):$", body, re.M)
-    blurb = (body[:end.start()] if end else body).strip("\n")
-    if subject == _SUBJECT_PLACEHOLDER and blurb == _BLURB_PLACEHOLDER:
-        return None
+    # the shortlog: the last "<author> (<count>):" line followed by indented
+    # subjects (a blurb line of that shape before it stays in the blurb)
+    ends = list(re.finditer(r"^\S.* \(\d+\):\n(?=  \S)", body, re.M))
+    blurb = (body[:ends[-1].start()] if ends else body).strip("\n")
     return subject, blurb
+
+
+def is_placeholder_letter(text: str) -> bool:
+    return _letter_fields(text) == (_SUBJECT_PLACEHOLDER, _BLURB_PLACEHOLDER)
+
+
+def cover_letter_parts(text: str) -> tuple[str, str] | None:
+    """The subject (without its "[PATCH 00/NN]") and the blurb of a cover
+    letter that format-patch wrote and a person filled in: what export keeps;
+    the shortlog and diffstat after the blurb it writes anew. None for
+    format-patch's placeholders, or a letter it cannot read."""
+    got = _letter_fields(text)
+    if got is None or got == (_SUBJECT_PLACEHOLDER, _BLURB_PLACEHOLDER):
+        return None
+    return got
 
 
 def fill_cover_letter(text: str, kept: tuple[str, str] | None, date: str) -> str:

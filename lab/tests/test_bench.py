@@ -68,3 +68,11 @@ def test_reps_below_one_refused_before_building(monkeypatch):
         AssertionError("installed/built before checking --reps")))
     with pytest.raises(LabError):
         bench.run_bench("vanilla", "patched", [], 0, "default", None)
+
+
+def test_icount_machine_runs_single_threaded_tcg():
+    from dataclasses import replace
+    from lab.qemu_config import DEFAULT
+    args = replace(DEFAULT, icount=0).qemu_args("tcg", "k", "i", [], "r")
+    assert "tcg,thread=single" in args and "shift=0,sleep=off,align=off" in args
+    assert "tcg,thread=multi" in DEFAULT.qemu_args("tcg", "k", "i", [], "r")

@@ -89,3 +89,8 @@ def test_bench_sysctls_per_side():
         "a": ["vm.pte_table_reclaim=0"], "b": ["vm.cow_pte=2", "vm.pte_table_reclaim=0"]}
     with pytest.raises(LabError):
         bench_sysctls(["a:vm.cow_pte"])
+
+
+def test_bench_sysctls_last_of_a_name_wins():
+    from lab.cli import bench_sysctls
+    assert bench_sysctls(["vm.x=1", "a:vm.x=2"]) == {"a": ["vm.x=2"], "b": ["vm.x=1"]}

@@ -16,3 +16,13 @@ def test_headline_is_the_first_metric_with_a_ratio(tmp_path):
         ' "fork_latency": {"ratio": 0.5}, "x": {"ratio": 2}}}}}')
     text = index.build_index(tmp_path)
     assert "vanilla vs vanilla (floor)" in text and "fork 0.500 (fork_latency)" in text
+
+
+def test_a_switch_on_one_side_is_no_floor_and_odd_files_are_skipped(tmp_path):
+    for d, text in (("r", '{"kernels": {"a": {"name": "patched"}, "b": {"name": "patched",'
+                          ' "sysctls": ["vm.cow_pte=2"]}}, "date": null}'),
+                    ("odd", "[1, 2]"), ("bad", "{")):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "results.json").write_text(text)
+    text = index.build_index(tmp_path)
+    assert "patched (vm.cow_pte=2) vs patched |" in text and "(floor)" not in text

@@ -105,3 +105,11 @@ def test_maintainers_coverage():
     assert not check.covered_by_maintainers("include/linux/pt_reclaim.h", pats)
     patch = "diff --git a/mm/x.c b/mm/x.c\nnew file mode 100644\n--- /dev/null\n"
     assert check.new_files(patch) == ["mm/x.c"]
+
+
+def test_maintainers_globs_stay_in_one_directory():
+    from lab import check
+    pats = ["drivers/*/foo.c", "include/linux/page[-_]*"]
+    assert check.covered_by_maintainers("drivers/a/foo.c", pats)
+    assert not check.covered_by_maintainers("drivers/a/b/foo.c", pats)
+    assert check.covered_by_maintainers("include/linux/page-flags.h", pats)

@@ -50,3 +50,11 @@ def test_export_keeps_the_subject_and_blurb():
     assert "\nWhy.\n\nptlab (n): not a shortlog line\n\nptlab (3):\n  mm: zero\n" in out
     assert "Date: Mon, 23 Nov 2026 18:48:08 +0000\n" in out
     assert tree.cover_letter_parts(out) == (subject, blurb)
+
+
+def test_a_blurb_line_like_a_shortlog_header_stays_and_prefixes_are_kept():
+    filled = COVER.replace("[PATCH 00/02] *** SUBJECT HERE ***", "[RFC PATCH v2 00/02] mm: x,\n\tcheap").replace(
+        "*** BLURB HERE ***", "Intro.\n\nBenchmarks (3):\n- a\n\nEnd.")
+    assert tree.cover_letter_parts(filled) == (
+        "mm: x, cheap", "Intro.\n\nBenchmarks (3):\n- a\n\nEnd.")
+    assert tree.is_placeholder_letter(COVER)
