@@ -74,8 +74,8 @@ def _make_with_progress(cmd: list[str], log: Path, label: str, expect_key: str) 
         errs = [l for l in lines if _ERROR.search(l)][:40]
         raise BuildError(f"{label} failed (exit {rc}); full log: {log}",
                          details="\n".join(errs or lines[-40:]))
-    if n > expected * 0.9 or not expected:   # a full build: remember its size
-        counts[expect_key] = max(n, expected)
+    if n > expected * 0.5 or not expected:   # a full build: remember its size
+        counts[expect_key] = n
         _counts_file().write_text(json.dumps(counts, indent=1))
     info(f"{label}: {n} steps in {int(time.monotonic() - t0)} s (log {log})")
 
