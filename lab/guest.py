@@ -125,8 +125,8 @@ def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
          sysctls: list[str] = (), silent_limit: float | None = None) -> Outcome:
     """Boot, run the plan, power off. `on_test(run)` is called as each test ends.
     `features`: sysctls the kernel must have (ptlab.features=): the guest
-    fails the run without one, and tells the tests (PTLAB_FEATURES) that
-    their absence is not a vanilla kernel.  `sysctls`: "name=value" items
+    fails the run without one (the tests read /proc/config.gz for the
+    same).  `sysctls`: "name=value" items
     the kernel sets at boot (its own sysctl.name=value parameters); the
     guest reads each back and fails the run if one is missing or differs.
     `silent_limit`: kill the guest if its console is still empty after that

@@ -52,7 +52,6 @@
 #define PR_GET_COW_PTE	0x43505446
 #endif
 
-#define COW_PTE_SYSCTL	"/proc/sys/vm/cow_pte"
 
 /* The kernel command line holds @s (a sysctl set at boot, say) */
 static bool cmdline_has(const char *s)

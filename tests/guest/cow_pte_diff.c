@@ -74,7 +74,6 @@
 
 #include "guest_util.h"
 
-#define COW_PTE_SYSCTL	"/proc/sys/vm/cow_pte"
 #define TABLES		4
 #define AREA		(TABLES * SZ_2M)
 #define PAGES		(AREA / PAGE_SIZE)

@@ -31,7 +31,6 @@
 #define PR_SET_COW_PTE	0x43505445
 #endif
 
-#define COW_PTE_SYSCTL	"/proc/sys/vm/cow_pte"
 #define PER_TABLE	(SZ_2M / PAGE_SIZE)
 
 static unsigned long tag(unsigned long round, unsigned long i)

@@ -350,22 +350,59 @@ static inline void write_tag(char *page, unsigned long val)
 }
 
 /*
+ * The run-time switches of our series, each with the Kconfig option that
+ * builds its feature (the table is config/features.config).
+ */
+#define WALK_SYSCTL	"/proc/sys/vm/migration_walk_early_exit"
+#define RECLAIM_SYSCTL	"/proc/sys/vm/pte_table_reclaim"
+#define COW_PTE_SYSCTL	"/proc/sys/vm/cow_pte"
+#define MOVE_BATCH	"/proc/sys/vm/uffd_move_batch"
+
+static const struct {
+	const char *sysctl, *option;
+} feature_switches[] = {
+	{ WALK_SYSCTL, "CONFIG_MIGRATION_WALK_EARLY_EXIT" },
+	{ RECLAIM_SYSCTL, "CONFIG_PTE_TABLE_RECLAIM" },
+	{ COW_PTE_SYSCTL, "CONFIG_COW_PTE" },
+	{ MOVE_BATCH, "CONFIG_UFFD_MOVE_BATCH" },
+};
+
+/*
+ * Whether the running kernel was built with @option=y, as its
+ * /proc/config.gz says (false where it does not say: no IKCONFIG_PROC).
+ */
+static inline bool kernel_config_has(const char *option)
+{
+	size_t n = strlen(option);
+	bool found = false;
+	char line[256];
+	FILE *f = popen("zcat /proc/config.gz 2>/dev/null", "r");
+
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, option, n) && !strcmp(line + n, "=y\n"))
+			found = true;
+	pclose(f);
+	return found;
+}
+
+/*
  * The kernel has the switch at @path (a sysctl of our series).  Its absence
- * means a vanilla kernel, where the tests of a feature skip or only log,
- * unless the lab said the kernel was built with our features:
- * PTLAB_FEATURES (set by the guest's init from ptlab.features=) is then
- * non-empty, and a missing switch fails the program instead.  (The init
- * itself fails the run if one of those sysctls is missing.)
+ * means a kernel without the feature (vanilla), where the tests of the
+ * feature skip or only log, unless the kernel's configuration says it was
+ * built with the feature: then a missing switch fails the program.
  */
 static inline bool switch_present(const char *path)
 {
-	const char *want = getenv("PTLAB_FEATURES");
-
 	if (!access(path, F_OK))
 		return true;
-	if (want && *want) {
-		printf("Bail out! %s is missing, but this kernel was built with our features (PTLAB_FEATURES=%s)\n",
-		       path, want);
+	for (size_t i = 0; i < sizeof(feature_switches) / sizeof(feature_switches[0]); i++) {
+		if (strcmp(path, feature_switches[i].sysctl) ||
+		    !kernel_config_has(feature_switches[i].option))
+			continue;
+		printf("Bail out! %s is missing, but the kernel has %s=y\n",
+		       path, feature_switches[i].option);
 		fflush(stdout);
 		exit(1);
 	}

@@ -41,7 +41,6 @@
 #define STRESS_PIECE	(16 * PAGE_SIZE)	/* unit of munmap/mremap */
 #define STRESS_KIDS	4	/* children alive at once in the stress */
 
-#define WALK_SYSCTL	"/proc/sys/vm/migration_walk_early_exit"
 #define WALK_VMSTAT	"pgmigrate_walk_early_exit"
 #define THP_DIR		"/sys/kernel/mm/transparent_hugepage"
 #define MTHP_64K	THP_DIR "/hugepages-64kB/enabled"

@@ -63,7 +63,6 @@
 #define PMD_PAGES	(PMD_SPAN / PAGE_SIZE)
 #define NOISE_TABLES	1L		/* tables libc or the stack may add */
 
-#define RECLAIM_SYSCTL	"/proc/sys/vm/pte_table_reclaim"
 #define MTHP_2M		"/sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled"
 
 /* --- knobs: saved before the first test, restored after each one ------- */

@@ -29,7 +29,6 @@
 #define THP_ZERO	"/sys/kernel/mm/transparent_hugepage/use_zero_page"
 #define MTHP_64K	"/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled"
 #define MTHP_2M		"/sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled"
-#define MOVE_BATCH	"/proc/sys/vm/uffd_move_batch"
 
 static struct knob knobs[] = {
 	{ .path = THP_ENABLED },
