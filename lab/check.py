@@ -27,9 +27,14 @@ class Finding:
     what: str
 
 
+def message(text: str) -> str:
+    """The commit message of a format-patch file (what git am takes)"""
+    return text.split("\n---\n", 1)[0]
+
+
 def message_findings(name: str, text: str) -> list[Finding]:
     """What the commit message of one format-patch file lacks"""
-    msg = text.split("\n---\n", 1)[0]
+    msg = message(text)
     out = []
     if not _SIGNED.search(msg):
         out.append(Finding(name, "no Signed-off-by"))
@@ -82,7 +87,8 @@ def new_files(text: str) -> list[str]:
     return re.findall(r"^diff --git a/\S+ b/(\S+)\nnew file mode", text, re.M)
 
 
-def checkpatch(src: Path, patch: Path) -> list[Finding]:
+def checkpatch(src: Path, patch: Path, patterns: list[str]) -> list[Finding]:
+    """checkpatch --strict on `patch`; its new files against MAINTAINERS' `patterns`"""
     # spdxcheck.py runs as `python3`: Debian's, which has ply and git
     env = {**os.environ, "PATH": "/usr/bin:/bin:" + os.environ.get("PATH", "")}
     proc = subprocess.run(["perl", "scripts/checkpatch.pl", "--strict", "-q", "--no-summary",
@@ -94,7 +100,6 @@ def checkpatch(src: Path, patch: Path) -> list[Finding]:
         text += ("\n" + proc.stderr.strip()) if proc.stderr.strip() else ""
     out = [] if proc.returncode == 0 and not text else [
         Finding(patch.name, "checkpatch --strict:\n" + text)]
-    patterns = maintainers_patterns(src)
     for f in new_files(patch.read_text()):
         if not covered_by_maintainers(f, patterns):
             out.append(Finding(patch.name, f"new file {f}: no F: entry of MAINTAINERS covers it"))
@@ -104,11 +109,13 @@ def checkpatch(src: Path, patch: Path) -> list[Finding]:
 def check_series(src: Path) -> list[Finding]:
     found = []
     pats = tree.series()
+    patterns = maintainers_patterns(src)
     step(f"check {len(pats)} patches: checkpatch --strict, Signed-off-by, Fixes: tags")
     for p in pats:
-        got = message_findings(p.name, p.read_text()) + checkpatch(src, p)
+        text = p.read_text()
+        got = message_findings(p.name, text) + checkpatch(src, p, patterns)
         found += got
-        fixes = _FIXES.findall(p.read_text().split("\n---\n", 1)[0])
+        fixes = _FIXES.findall(message(text))
         info(f"{p.name}: {'ok' if not got else 'NOT ok'}"
              + (f" ({'; '.join(fixes)})" if fixes else ""))
     return found
