@@ -95,14 +95,44 @@ def build_kernel(src: Path, kernel_dir: Path, profile: str) -> Path:
 
 SELFTEST_NAMES_NEEDED = ("cow", "uffd-unit-tests", "migration", "madv_populate")
 
+# Static, so that the initramfs needs no libraries, and position-independent,
+# so that the address space is laid out as for upstream's dynamically linked
+# PIE programs. A static non-PIE program's heap starts anywhere in the 1 GiB
+# above its .bss (x86-64 arch_randomize_brk()), and so can cover an address
+# that a test maps at: khugepaged's mmap() hint of 1 GiB, "Failed to allocate
+# VMA at 0x40000000" once in a run of 2026-11-28 (in a guest, bash-static's
+# heap started above 512 MiB in 204 of 400 runs, at 0x405a4000 at most). A
+# PIE's heap follows the program, at 2/3 of the address space.
+STATIC = "-static-pie"
+
+
+def elf_type(exe: Path) -> int | None:
+    """ELF e_type: 2 (ET_EXEC) for a program at fixed addresses, 3 (ET_DYN)
+    for a PIE; None for a file that is not ELF (a script)."""
+    with open(exe, "rb") as f:
+        head = f.read(18)
+    return int.from_bytes(head[16:18], "little") if head[:4] == b"\x7fELF" else None
+
+
+def is_pie(exe: Path) -> bool:
+    return elf_type(exe) == 3
+
+
+def _check_pie(exes: list[Path]) -> None:
+    fixed = sorted(e.name for e in exes if e.is_file() and elf_type(e) == 2)
+    if fixed:
+        raise BuildError("not position-independent (" + STATIC + "): " + ", ".join(fixed),
+                         hint="remove the build directory's programs and build again")
+
 
 def build_selftests(src: Path, kernel_dir: Path) -> Path:
-    """Static mm selftests from `src`; returns the directory with the binaries."""
+    """Static PIE mm selftests from `src`; returns the directory with the binaries."""
     out = kernel_dir / "selftests"
     hdr = out / "usr"
     stamp = out / ".ptlab-head"
     head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True,
                           text=True).stdout.strip() or "nogit"
+    head += " " + STATIC
     dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--",
                             "tools/testing/selftests", "include/uapi"],
                            capture_output=True, text=True).stdout
@@ -110,14 +140,20 @@ def build_selftests(src: Path, kernel_dir: Path) -> Path:
     if stamp.exists() and stamp.read_text() == head and not dirty and \
             all((bins / n).exists() for n in SELFTEST_NAMES_NEEDED):
         return bins
-    step(f"build mm selftests (static) from {kernel_dir.name}")
+    step(f"build mm selftests ({STATIC}) from {kernel_dir.name}")
     out.mkdir(parents=True, exist_ok=True)
+    if stamp.exists() and not stamp.read_text().endswith(" " + STATIC) and bins.is_dir():
+        # built with other flags, which make does not see
+        for f in bins.iterdir():
+            if f.is_file() and elf_type(f):
+                f.unlink()
     run(["make", "-C", str(src), f"O={out}", "-s", "headers"], err=BuildError,
         what="make headers")
     cmd = ["make", "-C", str(src / "tools/testing/selftests"), "TARGETS=mm", f"O={out}",
-           f"-j{jobs()}", "EXTRA_CFLAGS=-static", "USERLDFLAGS=-static",
+           f"-j{jobs()}", f"EXTRA_CFLAGS={STATIC}", f"USERLDFLAGS={STATIC}",
            f"KHDR_INCLUDES=-isystem {hdr}/include", "CC=ccache gcc"]
     _make_with_progress(cmd, out / "ptlab-build.log", "mm selftests", "selftests")
+    _check_pie(list(bins.iterdir()))
     stamp.write_text(head)
     return bins
 
@@ -126,8 +162,8 @@ GUEST_SOURCE_DIRS = (GUEST_TESTS_DIR, BENCH_DIR)
 
 
 def build_guest_programs(src: Path, kernel_dir: Path) -> Path:
-    """Our own guest tests (tests/guest/*.c) and benchmarks (bench/*.c), static,
-    against the tree's uapi headers and kselftest_harness.h."""
+    """Our own guest tests (tests/guest/*.c) and benchmarks (bench/*.c), static
+    PIE, against the tree's uapi headers and kselftest_harness.h."""
     out = kernel_dir / "guest-bin"
     out.mkdir(parents=True, exist_ok=True)
     hdr = kernel_dir / "selftests" / "usr" / "include"
@@ -135,13 +171,15 @@ def build_guest_programs(src: Path, kernel_dir: Path) -> Path:
         for c in sorted(d.glob("*.c")):
             exe = out / c.stem
             deps = [c, *d.glob("*.h")]
-            if exe.exists() and all(x.stat().st_mtime < exe.stat().st_mtime for x in deps):
+            if exe.exists() and is_pie(exe) and \
+                    all(x.stat().st_mtime < exe.stat().st_mtime for x in deps):
                 continue
-            run(["gcc", "-static", "-O2", "-g", "-Wall", "-Werror", "-D_GNU_SOURCE",
+            run(["gcc", STATIC, "-O2", "-g", "-Wall", "-Werror", "-D_GNU_SOURCE",
                  "-isystem", str(hdr), "-I", str(src / "tools/testing/selftests"),
                  "-I", str(d), str(c), "-o", str(exe), "-lpthread", "-lnuma"],
                 err=BuildError, what=f"compile {c.relative_to(d.parent)}")
             info(f"built {c.relative_to(d.parent)}")
+    _check_pie(list(out.iterdir()))
     return out
 
 
