@@ -543,15 +543,18 @@ static unsigned long count_status(int *status, unsigned long n, int want)
 	return count;
 }
 
-/* move_pages(MPOL_MF_MOVE) of the @n pages at @p to @node; @status gets theirs */
-static long move_to_node(char *p, unsigned long n, int node, int *status)
+/*
+ * move_pages(MPOL_MF_MOVE) of the @n pages at @p, each to @to[i], or all
+ * to @node if @to is NULL; @status gets theirs
+ */
+static long move_to_nodes(char *p, unsigned long n, const int *to, int node, int *status)
 {
 	void *addrs[n];
 	int nodes[n];
 
 	for (unsigned long i = 0; i < n; i++) {
 		addrs[i] = p + i * PAGE_SIZE;
-		nodes[i] = node;
+		nodes[i] = to ? to[i] : node;
 	}
 	return syscall(SYS_move_pages, 0, n, addrs, nodes, status, MPOL_MF_MOVE);
 }
@@ -585,6 +588,7 @@ TEST_F_TIMEOUT(equiv, proc_and_migration_count_every_holder, EQUIV_TIMEOUT)
 	long rss, pss, shared, mapmax;
 	static int status[PROC_TABLES * PER_TABLE];
 	static int nodes[PROC_TABLES * PER_TABLE];
+	static int other[PROC_TABLES * PER_TABLE];
 	unsigned long excl, moved, mask;
 	int fds[2], node;
 	pid_t pid;
@@ -611,6 +615,10 @@ TEST_F_TIMEOUT(equiv, proc_and_migration_count_every_holder, EQUIV_TIMEOUT)
 	 * soak, NUMA balancing moves pages meanwhile, and move_pages() reports
 	 * a page already on the target node as there, not refused (1124 of
 	 * 2048 in one soak): placement is not this test's to check there.
+	 * Each page is sent to the node it is not on: a fill during which the
+	 * scheduler moved this task to the other node's CPUs left pages on
+	 * both (29 and 2019 in a run of 2026-11-28 with a second guest beside;
+	 * every second page under numactl --interleave=all).
 	 */
 	ASSERT_TRUE(page_nodes(p, pages, nodes));
 	node = nodes[0];
@@ -622,16 +630,20 @@ TEST_F_TIMEOUT(equiv, proc_and_migration_count_every_holder, EQUIV_TIMEOUT)
 		SKIP(return, "%s", in_soak() ? "NUMA balancing (the soak's) moves pages"
 					     : "one NUMA node");
 	}
-	EXPECT_EQ(0, move_to_node(p, pages, !node, status));
+	for (unsigned long i = 0; i < pages; i++)
+		other[i] = !nodes[i];
+	EXPECT_EQ(0, move_to_nodes(p, pages, other, 0, status));
 	EXPECT_EQ(pages, count_status(status, pages, -EACCES))
-		TH_LOG("move_pages(MPOL_MF_MOVE): %lu of %lu pages refused, %lu moved",
-		       count_status(status, pages, -EACCES), pages,
-		       count_status(status, pages, !node));
+		TH_LOG("move_pages(MPOL_MF_MOVE): %lu of %lu pages refused",
+		       count_status(status, pages, -EACCES), pages);
+	/* mbind() to one node: the pages on the other stay there */
 	mask = 1UL << !node;
 	EXPECT_EQ(0, syscall(SYS_mbind, p, pages * PAGE_SIZE, MPOL_BIND, &mask,
 			     sizeof(mask) * 8, MPOL_MF_MOVE));
 	ASSERT_TRUE(page_nodes(p, pages, status));
-	moved = count_status(status, pages, !node);
+	moved = 0;
+	for (unsigned long i = 0; i < pages; i++)
+		moved += status[i] != nodes[i];
 	EXPECT_EQ(0, moved) TH_LOG("mbind(MPOL_MF_MOVE) moved %lu of %lu pages",
 				   moved, pages);
 
@@ -1292,8 +1304,8 @@ TEST_F_TIMEOUT(equiv, thp_mapped_by_ptes_stays_shared, EQUIV_TIMEOUT)
 
 	ASSERT_TRUE(page_nodes(p + (HALF - KEPT) * PAGE_SIZE, 1, &node));
 	ASSERT_LE(0, node);
-	EXPECT_EQ(0, move_to_node(p + (HALF - KEPT) * PAGE_SIZE, KEPT, !node,
-				  status));
+	EXPECT_EQ(0, move_to_nodes(p + (HALF - KEPT) * PAGE_SIZE, KEPT, NULL, !node,
+				   status));
 	EXPECT_EQ(KEPT, count_status(status, KEPT, -EACCES))
 		TH_LOG("move_pages(MPOL_MF_MOVE): %lu of %d pages refused, %lu moved",
 		       count_status(status, KEPT, -EACCES), KEPT,
