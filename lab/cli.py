@@ -167,6 +167,9 @@ def cmd_test(args) -> int:
     tests = suites.select(args.only)        # a typo stops here, before anything changes
     if args.timeout < 1:
         raise LabError("--timeout must be at least 1 second")
+    if args.jobs is not None and args.jobs < 1:
+        raise LabError("--jobs must be at least 1")
+    jobs = min(args.jobs or guest.default_jobs(), len(tests))
     deps.ensure_apt()
     run_dir = _run_dir(f"test-{kernel}")
     extra = Counter()
@@ -177,12 +180,13 @@ def cmd_test(args) -> int:
     # before the boot: an interrupted run can be judged with `ptlab parse`
     meta = {"kernel": kernel, "version": tree.kernel_version(tree.src_dir(kernel)),
             "profile": args.profile, "accel": guest.probe_accel(vmlinux),
-            "tests": [f"{t.suite}/{t.test}" for t in tests], "sysctls": sysctls}
+            "tests": [f"{t.suite}/{t.test}" for t in tests], "sysctls": sysctls,
+            "guests": jobs}
     (run_dir / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
-    step(f"boot {kernel} ({args.profile}) and run {len(tests)} test programs; "
-         f"logs in {run_dir}")
+    step(f"boot {kernel} ({args.profile}) and run {len(tests)} test programs"
+         + (f" in {jobs} guests side by side" if jobs > 1 else "") + f"; logs in {run_dir}")
     out = guest.boot(vmlinux, [t.plan() for t in tests], bins, run_dir,
-                     timeout=args.timeout, on_test=_one_liner,
+                     timeout=args.timeout, on_test=_one_liner, jobs=jobs,
                      features=kconfig.feature_sysctls() if kernel == "patched" else [],
                      sysctls=sysctls)
     info(f"guest: {out.boot}; {out.wall:.0f} s")
@@ -217,7 +221,7 @@ def report(run_dir: Path, out: run.Outcome, tests: list, meta: dict, extra: Coun
         print(splat.format_report(out.splats))
     if out.dropped:
         print(f"\nthe console dropped {out.dropped} message(s); "
-              + ("the guest's dmesg, scanned instead, has them" if out.log != out.console
+              + ("the guest's dmesg, scanned instead, has them" if out.dmesg_saved
                  else "the guest died before its dmesg was saved: a splat may be missing"))
     if record:
         if meta["kernel"] != "vanilla" or not out.ok:
@@ -346,7 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --vanilla: write the results to baseline/")
     s.add_argument("--no-unit", action="store_true", help="skip the lab's pytest unit tests")
     s.add_argument("--timeout", type=int, default=3600,
-                   help="seconds for the whole guest run (default 3600)")
+                   help="seconds for each guest's run (default 3600)")
+    s.add_argument("-j", "--jobs", type=int, metavar="N",
+                   help="guests side by side, each with a part of the plan (default: "
+                        "one per two host CPUs that the host's memory holds, at most 4; "
+                        "-j 1: the whole plan in one guest)")
     s.add_argument("--sysctl", action="append", default=[], metavar="NAME=VALUE",
                    help="set a sysctl at boot, for the whole plan (repeatable), e.g. "
                         "vm.pte_table_reclaim=0; the run fails if the kernel lacks it. "

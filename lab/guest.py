@@ -20,7 +20,7 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import splat
@@ -119,10 +119,79 @@ def kernel_params(features: list[str], sysctls: list[str]) -> list[str]:
     return params
 
 
+def split_plan(plan: list[PlanItem], jobs: int) -> list[list[PlanItem]]:
+    """The plan in `jobs` parts of about the same expected time (each item's
+    `secs`, longest first onto the least loaded part); each part keeps the
+    plan's order, and the same plan always splits the same way. The busy
+    items all go to the first part, one after another: two of them side by
+    side keep more vCPUs busy than the host has CPUs, and then each takes
+    far longer (uffd-unit-tests 598 s instead of 187 beside
+    hugetlb_fault_after_madv, 418 s instead of 223, on 2 CPUs, 2026-11-28)."""
+    parts: list[list[int]] = [[] for _ in range(max(1, jobs))]
+    load = [0.0] * len(parts)
+    for i, item in enumerate(plan):
+        if item.busy:
+            parts[0].append(i)
+            load[0] += item.secs
+    for i in sorted((i for i, item in enumerate(plan) if not item.busy),
+                    key=lambda i: (-plan[i].secs, i)):
+        k = min(range(len(parts)), key=lambda k: (load[k], k))
+        parts[k].append(i)
+        load[k] += plan[i].secs
+    return [[plan[i] for i in sorted(p)] for p in parts if p]
+
+
+def default_jobs(machine: Machine = DEFAULT) -> int:
+    """How many guests `ptlab test` runs side by side: one per two host CPUs,
+    the share each guest had when the plan's time limits and the baseline
+    were set, as many as the host's available memory holds (the guest's RAM
+    and 2 GiB for QEMU), at most 4. On 2 CPUs: one. Two guests on 2 CPUs
+    (-j 2) took 1390 s instead of ~1720, but each busy test took 2-3 times as
+    long beside the other guest, and tests that race their own threads saw
+    timings no run had seen: uffd-stress hugetlb-private, whose 32 huge pages
+    leave none for the temporary copy of hugetlb_mfill_atomic_pte()'s retry,
+    failed with ENOMEM (2026-11-28)."""
+    avail = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            avail = int(line.split()[1]) // 1024
+    per = sum(machine.nodes) + 2048
+    return max(1, min((os.cpu_count() or 1) // 2, avail // per, 4))
+
+
+@dataclass
+class _Guest:
+    """One QEMU running part of a plan."""
+    plan: list[PlanItem]
+    workdir: Path
+    proc: subprocess.Popen
+    t0: float
+    seen: int = 0               # tests whose end on_test() was told
+    killed: bool = False        # by the host's timeout or silent_limit
+    current: str = "boot"
+
+
+def _start(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
+           accel: str, machine: Machine) -> _Guest:
+    workdir.mkdir(parents=True, exist_ok=True)
+    cpio = make_initramfs(workdir, plan, bins)
+    console, results = workdir / "console.log", workdir / "results.txt"
+    for f in (console, results):
+        f.write_text("")
+    args = machine.qemu_args(accel, str(vmlinux), str(cpio),
+                             ["-serial", f"file:{console}"], f"file:{results}")
+    (workdir / "qemu-cmdline").write_text(" ".join(args) + "\n")
+    with open(workdir / "qemu.log", "w") as log:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT)
+    return _Guest(plan, workdir, proc, time.monotonic())
+
+
 def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
          accel: str | None = None, timeout: int = 3600, machine: Machine = DEFAULT,
          quiet: bool = False, on_test=None, features: list[str] = (),
-         sysctls: list[str] = (), silent_limit: float | None = None) -> Outcome:
+         sysctls: list[str] = (), silent_limit: float | None = None,
+         jobs: int = 1) -> Outcome:
     """Boot, run the plan, power off. `on_test(run)` is called as each test ends.
     `features`: sysctls the kernel must have (ptlab.features=): the guest
     fails the run without one (the tests read /proc/config.gz for the
@@ -130,59 +199,75 @@ def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
     the kernel sets at boot (its own sysctl.name=value parameters); the
     guest reads each back and fails the run if one is missing or differs.
     `silent_limit`: kill the guest if its console is still empty after that
-    many seconds."""
+    many seconds. `jobs` > 1: that many guests side by side, each with a
+    part of the plan (split_plan()) in workdir/guest-N; `timeout` is each
+    guest's."""
     workdir.mkdir(parents=True, exist_ok=True)
-    cpio = make_initramfs(workdir, plan, bins)
     accel = accel or probe_accel(vmlinux)
-    console, results = workdir / "console.log", workdir / "results.txt"
-    for f in (console, results):
-        f.write_text("")
     machine = replace(machine, cmdline=(*machine.cmdline, *kernel_params(features, sysctls)))
-    args = machine.qemu_args(accel, str(vmlinux), str(cpio),
-                             ["-serial", f"file:{console}"], f"file:{results}")
-    (workdir / "qemu-cmdline").write_text(" ".join(args) + "\n")
+    parts = split_plan(plan, jobs) if jobs > 1 else [plan]
+    dirs = [workdir] if len(parts) == 1 else \
+        [workdir / f"guest-{i + 1}" for i in range(len(parts))]
     t0 = time.monotonic()
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    guests = [_start(vmlinux, p, bins, d, accel, machine) for p, d in zip(parts, dirs)]
     prog = Progress(every=20.0)
-    seen = 0
-    timed_out = False
-    while proc.poll() is None:
+    while any(g.proc.poll() is None for g in guests):
         time.sleep(0.5)
-        runs = parse_channel(results.read_text(errors="replace")).runs
-        ended = [r for r in runs if r.rc is not None]
-        for r in ended[seen:]:
-            if on_test:
-                prog.done()
-                on_test(r)
-        seen = len(ended)
+        for g in guests:
+            runs = parse_channel((g.workdir / "results.txt").read_text(errors="replace")).runs
+            ended = [r for r in runs if r.rc is not None]
+            for r in ended[g.seen:]:
+                if on_test:
+                    prog.done()
+                    on_test(r)
+            g.seen = len(ended)
+            g.current = runs[-1].suite + "/" + runs[-1].test \
+                if runs and runs[-1].rc is None else ("boot" if not runs else "-")
+            now = time.monotonic()
+            if g.proc.poll() is None and (now - g.t0 > timeout or (
+                    silent_limit and now - g.t0 > silent_limit
+                    and not (g.workdir / "console.log").stat().st_size)):
+                g.killed = True
+                g.proc.kill()
         if not quiet:
-            cur = runs[-1].suite + "/" + runs[-1].test if runs and runs[-1].rc is None else "boot"
-            prog.update(f"guest: {seen}/{len(plan)} tests done, running {cur}, "
-                        f"{int(time.monotonic() - t0)} s")
-        if time.monotonic() - t0 > timeout or (
-                silent_limit and time.monotonic() - t0 > silent_limit
-                and not console.stat().st_size):
-            timed_out = True
-            proc.kill()
+            running = ", ".join(g.current for g in guests if g.proc.poll() is None)
+            prog.update(f"guest{'s' if len(guests) > 1 else ''}: "
+                        f"{sum(g.seen for g in guests)}/{len(plan)} tests done, "
+                        f"running {running}, {int(time.monotonic() - t0)} s")
     prog.done()
-    qemu_out = proc.stdout.read()
-    if proc.returncode not in (0, None) and not timed_out and "qemu" in qemu_out.lower():
-        (workdir / "qemu.log").write_text(qemu_out)
     out = collect(workdir, time.monotonic() - t0)
-    for r in out.runs[seen:]:
-        if r.rc is not None and on_test:
-            on_test(r)
-    if timed_out and not quiet:
-        warn(f"guest killed after {int(time.monotonic() - t0)} s (host timeout)")
-    elif not out.finished and not quiet:
-        warn("guest stopped before the end of the plan (crash or panic?); "
-             f"console: {console}" + (f"; qemu said: {qemu_out.strip()[:300]}" if qemu_out else ""))
+    for g in guests:
+        ch = parse_channel((g.workdir / "results.txt").read_text(errors="replace"))
+        for r in [r for r in ch.runs if r.rc is not None][g.seen:]:
+            if on_test:
+                on_test(r)
+        if quiet:
+            continue
+        name = "guest" if len(guests) == 1 else g.workdir.name
+        said = (g.workdir / "qemu.log").read_text(errors="replace").strip()
+        if g.killed:
+            warn(f"{name} killed after {int(time.monotonic() - g.t0)} s (host timeout)")
+        elif not ch.done:
+            warn(f"{name} stopped before the end of its plan (crash or panic?); "
+                 f"console: {g.workdir / 'console.log'}"
+                 + (f"; qemu said: {said[:300]}" if said else ""))
     return out
 
 
 def collect(workdir: Path, wall: float = 0.0) -> Outcome:
-    """Read a run's results channel and console (also for a finished run)."""
+    """Read a run's results channel and console (also for a finished run);
+    a run of several guests (workdir/guest-N) as one."""
+    parts = sorted(workdir.glob("guest-*"), key=lambda d: int(d.name.split("-")[1]))
+    if parts:
+        outs = [collect(d) for d in parts]
+        splats = []
+        for d, o in zip(parts, outs):
+            splats += [replace(sp, log=f"{d.name}/{o.log.name}") for sp in o.splats]
+        return Outcome([r for o in outs for r in o.runs], all(o.finished for o in outs),
+                       splats, workdir, workdir, f"{outs[0].boot}; {len(outs)} guests", wall,
+                       workdir, sum(o.dropped for o in outs),
+                       [s for o in outs for s in o.setup],
+                       all(o.dmesg_saved for o in outs))
     console, results = workdir / "console.log", workdir / "results.txt"
     if not results.exists():
         raise GuestError(f"{workdir} has no results.txt: the guest never started, "
@@ -194,8 +279,9 @@ def collect(workdir: Path, wall: float = 0.0) -> Outcome:
         # the ring buffer holds every level and what the console dropped
         log, scanned = workdir / "dmesg.txt", "\n".join(ch.dmesg) + "\n"
         log.write_text(scanned)
-    return Outcome(ch.runs, ch.done, splat.scan(scanned), console, results, ch.boot, wall, log,
-                   splat.dropped(text), ch.setup)
+    splats = [replace(sp, log=log.name) for sp in splat.scan(scanned)]
+    return Outcome(ch.runs, ch.done, splats, console, results, ch.boot, wall, log,
+                   splat.dropped(text), ch.setup, ch.dmesg is not None)
 
 
 def shell(vmlinux: Path, bins: list[Path], workdir: Path, machine: Machine = DEFAULT,

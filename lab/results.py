@@ -156,7 +156,7 @@ def judge_run(out, tests: list[Test], profile: str, kernel: str) -> list[Case]:
         cases += absent_cases(tests, cases, vanilla)
     for sp in out.splats:
         cases.append(Case("console", "splat", sp.title, "error", verdict="fail",
-                          note=f"{sp.kind} at console.log:{sp.line}"))
+                          note=f"{sp.kind} at {sp.log or 'console.log'}:{sp.line}"))
     for what in out.setup:
         cases.append(Case("guest", "setup", what, "error", verdict="fail",
                           note="the guest could not set up the run asked for"))

@@ -18,6 +18,8 @@ class PlanItem:
     test: str
     timeout: int
     argv: list[str]
+    secs: float = 10.0      # expected time, to split a plan between guests
+    busy: bool = False      # keeps several vCPUs busy: not beside another such test
 
     def line(self) -> str:
         return f"{self.suite} {self.test} {self.timeout} {' '.join(self.argv)}"
@@ -46,6 +48,7 @@ class Outcome:
     log: Path | None = None     # what was scanned for splats: dmesg.txt or the console
     dropped: int = 0            # "** N printk messages dropped **" on the console
     setup: list[str] = field(default_factory=list)   # PTLAB-SETUP: what the guest lacked
+    dmesg_saved: bool = False   # the guest's dmesg was scanned, not its console
 
     @property
     def ok(self) -> bool:

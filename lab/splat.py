@@ -29,6 +29,7 @@ class Splat:
     title: str  # first line of the report proper (timestamp stripped)
     text: str   # full report as it appears in the log
     line: int   # 1-based log line where the report starts
+    log: str = ""   # the log's file in the run directory ("guest-2/dmesg.txt")
 
 
 # Order matters: the first match wins.

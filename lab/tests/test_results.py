@@ -200,3 +200,49 @@ def test_channel_read_while_the_guest_writes_a_line():
     # a partial line of a running test's output is still its output
     ch = _parse_channel("PTLAB-BEGIN cow cow\nok 1 a\nnot ok 2 b (kil")
     assert ch.runs[0].output == ["ok 1 a", "not ok 2 b (kil"]
+
+
+def test_a_plan_splits_evenly_and_the_same_way_each_time():
+    from lab import guest, suites
+    plan = [t.plan() for t in suites.ALL]
+    parts = guest.split_plan(plan, 2)
+    assert parts == guest.split_plan(plan, 2)
+    assert sorted(p.test for part in parts for p in part) == sorted(p.test for p in plan)
+    loads = [sum(p.secs for p in part) for part in parts]
+    assert max(loads) - min(loads) <= max(p.secs for p in plan)
+    for part in parts:      # each part in the plan's order
+        assert [plan.index(p) for p in part] == sorted(plan.index(p) for p in part)
+    # the tests that keep several vCPUs busy, one after another
+    assert [p for p in parts[0] if p.busy] == [p for p in plan if p.busy]
+    assert guest.split_plan(plan[:1], 3) == [plan[:1]]
+
+
+def _guest_dir(d, body: str, dmesg: str = ""):
+    d.mkdir()
+    (d / "console.log").write_text("")
+    (d / "results.txt").write_text("PTLAB-BOOT 6.12 cpus=4\n" + body
+                                   + f"PTLAB-DMESG\n{dmesg}PTLAB-DMESG-END\nPTLAB-DONE\n")
+
+
+def test_a_run_of_two_guests_is_judged_as_one(tmp_path):
+    """A splat in the second guest fails the run and says where it is; a
+    guest that did not finish fails it too."""
+    from lab import guest, suites
+    t1, t2 = suites.select(["hugepage-shm", "hugepage-vmemmap"])     # judged by exit status
+    _guest_dir(tmp_path / "guest-1", "PTLAB-BEGIN hugetlb hugepage-shm\n"
+               "PTLAB-END hugetlb hugepage-shm rc=0 secs=1\n")
+    _guest_dir(tmp_path / "guest-2", "PTLAB-BEGIN hugetlb hugepage-vmemmap\n"
+               "PTLAB-END hugetlb hugepage-vmemmap rc=0 secs=1\n",
+               "[   1.0] ------------[ cut here ]------------\n"
+               "[   1.0] WARNING: CPU: 1 PID: 9 at mm/memory.c:1 f+0x1/0x2\n"
+               "[   1.0] ---[ end trace 0000000000000000 ]---\n")
+    out = guest.collect(tmp_path)
+    assert out.finished and len(out.runs) == 2 and out.dmesg_saved
+    cases = results.judge_run(out, [t1, t2], "debug", "patched")
+    bad = [c for c in cases if c.verdict == "fail"]
+    assert [c.suite for c in bad] == ["console"]
+    assert "guest-2/dmesg.txt:1" in bad[0].note
+    (tmp_path / "guest-1" / "results.txt").write_text("PTLAB-BOOT x\n")
+    out = guest.collect(tmp_path)
+    assert not out.finished
+    assert results.failed(results.judge_run(out, [t1, t2], "debug", "patched"))
