@@ -162,7 +162,6 @@ def default_jobs(machine: Machine = DEFAULT) -> int:
 @dataclass
 class _Guest:
     """One QEMU running part of a plan."""
-    plan: list[PlanItem]
     workdir: Path
     proc: subprocess.Popen
     t0: float
@@ -184,7 +183,7 @@ def _start(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
     with open(workdir / "qemu.log", "w") as log:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT)
-    return _Guest(plan, workdir, proc, time.monotonic())
+    return _Guest(workdir, proc, time.monotonic())
 
 
 def boot(vmlinux: Path, plan: list[PlanItem], bins: list[Path], workdir: Path,
