@@ -181,15 +181,23 @@ def _fmt(x: float | None) -> str:
 
 
 def table(name: str, entry: dict, a: str, b: str) -> str:
+    """One benchmark's metrics; with the floor's spread of each ratio and a
+    mark where it lies outside, once `ptlab compare` has added them"""
+    floor = any("floor" in e for e in entry["metrics"].values())
     rows = [f"{name}" + (f"   ({entry['sizes']})" if entry.get("sizes") else "")]
     rows.append(f"  {'metric':24} {'unit':6} {a + ' median [min-max]':>28} "
-                f"{b + ' median [min-max]':>28} {'ratio':>7}")
+                f"{b + ' median [min-max]':>28} {'ratio':>7}"
+                + (f" {'floor':>15}" if floor else ""))
     for m, e in entry["metrics"].items():
         cell = lambda s: (f"{_fmt(s['median'])} [{_fmt(s['min'])}-{_fmt(s['max'])}]"  # noqa
                           if s["n"] else "no samples")
         ratio = f"{e['ratio']:.3f}" if e["ratio"] is not None else "-"
+        sp = e.get("floor")
+        fcell = (f" {'[' + format(sp['lo'], '.3f') + '-' + format(sp['hi'], '.3f') + ']':>15}"
+                 if sp else f" {'-':>15}") if floor else ""
         rows.append(f"  {m:24} {e['unit']:6} {cell(e['a']):>28} {cell(e['b']):>28} "
-                    f"{ratio:>7}  ({e['better']} is better)")
+                    f"{ratio:>7}{fcell}  ({e['better']} is better)"
+                    + (f"  ** outside the floor: {e['mark']}" if e.get("mark") else ""))
     for side, errs in entry["errors"].items():
         rows.append(f"  {side.upper()} runs without a number: {len(errs)}: {errs[0]}")
     return "\n".join(rows)
@@ -207,12 +215,17 @@ def write_report(outdir: Path, data: dict) -> None:
           f"- series revision: {data['series_revision']}"
           + (f", repository {data['repo_commit']}" if data.get("repo_commit") else "")
           + (f"; **{data['workdir']}**" if data.get("workdir") else ""),
-          *([f"- machine: {m['cpu']}, {m['cores']} cores, {m['qemu']}"]
+          *([f"- machine: {m.get('cpu')}, {m.get('cores')} cores"
+             + (f", {m['qemu']}" if m.get("qemu") else "")
+             + (f" ({m['note']})" if m.get("note") else "")]
             if (m := data.get("machine")) else []),
-          f"- order within each pair of boots: {data.get('order', 'AB')}", "",
+          f"- order within each pair of boots: {data.get('order', 'AB')}",
+          *([f"- floor: {data['floor']} (`ptlab compare`: \"**\" marks a ratio outside "
+             "the floor's spread of per-pair ratios)"] if data.get("floor") else []), "",
           "ratio = B median / A median; whether lower or higher is better is given per "
           "metric. Under TCG absolute times mean nothing; compare ratios with the noise "
-          "floor (results/noise-floor/).", ""]
+          "floor of the same machine (results/README.md lists them; `ptlab compare RUN "
+          "FLOOR` marks each ratio outside the floor's spread).", ""]
     for name, entry in data["benchmarks"].items():
         md += ["```", table(name, entry, "A", "B"), "```", ""]
         if (outdir / f"{entry['group']}.png").exists() and \
@@ -228,17 +241,20 @@ def repo_commit() -> str:
     return proc.stdout.strip() or "unknown"
 
 
-def host_machine() -> dict:
-    """What the figures were measured on: they hold for that host only"""
+def host_machine(qemu: bool = True) -> dict:
+    """What the figures were measured on: they hold for that host only
+    (and the QEMU that ran the guest, unless they were measured --here)"""
     cpu = "unknown"
     try:
         cpu = next(l.split(":", 1)[1].strip() for l in
                    Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
+    if not qemu:
+        return {"cpu": cpu, "cores": os.cpu_count()}
     proc = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True)
-    qemu = (proc.stdout.splitlines() or ["unknown"])[0]
-    return {"cpu": cpu, "cores": os.cpu_count(), "qemu": qemu}
+    return {"cpu": cpu, "cores": os.cpu_count(),
+            "qemu": (proc.stdout.splitlines() or ["unknown"])[0]}
 
 
 def plot(outdir: Path) -> None:
@@ -264,12 +280,13 @@ def unskipped_on_one_side(entry: dict) -> list[str]:
     return out
 
 
-def workdir_state() -> str:
-    """What the numbers may not be of: work-tree commits not in patches/,
+def workdir_state(kernel_tree: bool = True) -> str:
+    """What the numbers may not be of: work-tree commits not in patches/
+    (unless not `kernel_tree`: a --here run measures the running kernel),
     uncommitted changes in the repo (bench programs, configs, patches)."""
     notes = []
-    st = tree.status()
-    if st.exists and st.unexported:
+    st = tree.status() if kernel_tree else None
+    if st and st.exists and st.unexported:
         notes.append(f"the work tree holds {len(st.unexported)} commit(s) not exported "
                      "to patches/")
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"],

@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import kconfig
+from . import deps, kconfig
 from .common import (BENCH_DIR, GUEST_TESTS_DIR, BuildError, Progress, cache_dir, info, jobs, run,
                      step)
 
@@ -33,7 +33,8 @@ _ERROR = re.compile(r"error|Error \d|undefined reference|No rule to make", re.I)
 
 
 # Steps of a full build, measured here; until this machine has done one.
-FIRST_BUILD_STEPS = {"kernel-debug": 2210, "kernel-perf": 2150, "selftests": 45}
+FIRST_BUILD_STEPS = {"kernel-debug": 2210, "kernel-perf": 2150, "kernel-package": 3000,
+                     "selftests": 45}
 
 
 def build_env() -> dict[str, str]:
@@ -81,16 +82,76 @@ def _make_with_progress(cmd: list[str], log: Path, label: str, expect_key: str) 
 
 
 def build_kernel(src: Path, kernel_dir: Path, profile: str) -> Path:
-    """Configure and build vmlinux for `profile`; returns its path."""
+    """Configure and build vmlinux for `profile`; returns its path (for the
+    package profile: the kernel image that its linux-image package installs)."""
     build = build_dir(kernel_dir, profile)
     # the patched tree must keep every option of our series; vanilla and the
     # older commits a benchmark may name need not have them
     kconfig.configure(src, build, profile, strict=kernel_dir.name == "patched")
+    if profile == "package":
+        return package_image(build_package(src, kernel_dir, build), build)
     step(f"build {kernel_dir.name} kernel ({profile}), -j{jobs()} with ccache")
     cmd = ["make", "-C", str(src), f"O={build}", f"-j{jobs()}", "CC=ccache gcc", "vmlinux"]
     _make_with_progress(cmd, build / "ptlab-build.log", f"{kernel_dir.name}/{profile}",
                         f"kernel-{profile}")
     return build / "vmlinux"
+
+
+# --- Debian packages (`ptlab package`) ----------------------------------
+
+def package_release(kernel_name: str) -> str:
+    """LOCALVERSION of a packaged kernel: 6.12.117-ptlab is the series',
+    6.12.117-ptlab-vanilla the kernel it is measured against; both can be
+    installed side by side."""
+    return "-ptlab" if kernel_name == "patched" else f"-ptlab-{kernel_name}"
+
+
+def build_package(src: Path, kernel_dir: Path, build: Path) -> list[Path]:
+    """`make bindeb-pkg` of a configured package build: linux-image and
+    linux-headers (and linux-libc-dev) .debs in kernel_dir, returned."""
+    deps.ensure_apt(deps.APT_PACKAGE)
+    local = package_release(kernel_dir.name)
+    version = subprocess.run(["make", "-s", "-C", str(src), "kernelversion"],
+                             capture_output=True, text=True).stdout.strip()
+    step(f"build {kernel_dir.name} kernel ({version}{local}), -j{jobs()} with ccache")
+    make = ["make", "-C", str(src), f"O={build}", f"-j{jobs()}", "CC=ccache gcc",
+            f"LOCALVERSION={local}", "KBUILD_VERBOSE=0"]
+    _make_with_progress([*make, "all"], build / "ptlab-build.log",
+                        f"{kernel_dir.name}/package", "kernel-package")
+    # packaging again takes a minute: only when the image or a module is newer
+    order = build / "modules.order"
+    built = [build / "arch/x86/boot/bzImage"] + \
+        [build / m.replace(".o", ".ko") for m in (order.read_text().split()
+                                                  if order.exists() else [])]
+    newest = max(f.stat().st_mtime for f in built if f.exists())
+    debs = sorted(kernel_dir.glob("*.deb"))
+    if any(d.name.startswith("linux-image-") for d in debs) and \
+            all(d.stat().st_mtime > newest for d in debs):
+        return debs
+    for old in debs:
+        old.unlink()
+    step(f"make bindeb-pkg: the {kernel_dir.name} kernel's packages")
+    # the package's revision: the release's, so that a rebuild replaces it
+    run([*make, f"KDEB_PKGVERSION={version}-1", "bindeb-pkg"], env=build_env(),
+        err=BuildError, what="make bindeb-pkg")
+    debs = sorted(kernel_dir.glob("*.deb"))
+    if not any(d.name.startswith("linux-image-") for d in debs):
+        raise BuildError(f"make bindeb-pkg made no linux-image package in {kernel_dir}",
+                         details=", ".join(d.name for d in debs) or "no .deb at all")
+    return debs
+
+
+def package_image(debs: list[Path], build: Path) -> Path:
+    """The kernel image (/boot/vmlinuz-*) that the linux-image package
+    installs, taken out of the .deb: what the lab boots to test a package."""
+    deb = next(d for d in debs if d.name.startswith("linux-image-") and "-dbg_" not in d.name)
+    out = build / "package-root"
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    run(["dpkg-deb", "-x", str(deb), str(out)], err=BuildError, what=f"dpkg-deb -x {deb.name}")
+    images = sorted((out / "boot").glob("vmlinuz-*"))
+    if not images:
+        raise BuildError(f"{deb.name} installs no /boot/vmlinuz-*")
+    return images[0]
 
 
 SELFTEST_NAMES_NEEDED = ("cow", "uffd-unit-tests", "migration", "madv_populate")
@@ -161,6 +222,12 @@ def build_selftests(src: Path, kernel_dir: Path) -> Path:
 GUEST_SOURCE_DIRS = (GUEST_TESTS_DIR, BENCH_DIR)
 
 
+def program_current(exe: Path, c: Path) -> bool:
+    """Whether `exe` is a PIE built after its source `c` and the headers beside it"""
+    return exe.exists() and is_pie(exe) and \
+        all(x.stat().st_mtime < exe.stat().st_mtime for x in [c, *c.parent.glob("*.h")])
+
+
 def build_guest_programs(src: Path, kernel_dir: Path) -> Path:
     """Our own guest tests (tests/guest/*.c) and benchmarks (bench/*.c), static
     PIE, against the tree's uapi headers and kselftest_harness.h."""
@@ -170,9 +237,7 @@ def build_guest_programs(src: Path, kernel_dir: Path) -> Path:
     for d in GUEST_SOURCE_DIRS:
         for c in sorted(d.glob("*.c")):
             exe = out / c.stem
-            deps = [c, *d.glob("*.h")]
-            if exe.exists() and is_pie(exe) and \
-                    all(x.stat().st_mtime < exe.stat().st_mtime for x in deps):
+            if program_current(exe, c):
                 continue
             run(["gcc", STATIC, "-O2", "-g", "-Wall", "-Werror", "-D_GNU_SOURCE",
                  "-isystem", str(hdr), "-I", str(src / "tools/testing/selftests"),

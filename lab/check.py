@@ -4,17 +4,19 @@ scripts/checkpatch.pl --strict (but for the two warnings IGNORED explains),
 carries a Signed-off-by, and its Fixes: tags name a commit the way
 Documentation/process/submitting-patches.rst asks (12 or more hex digits,
 the subject in parentheses and quotes); a new file is one that MAINTAINERS
-covers."""
+covers. With --builds, each commit of the series is built on its own
+(bisectability), in a worktree of its own."""
 from __future__ import annotations
 
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import tree
-from .common import info, step
+from . import build, tree
+from .common import BuildError, ConfigError, TreeError, info, step
 
 _FIXES = re.compile(r"^Fixes:.*$", re.M)
 _FIXES_OK = re.compile(r'^Fixes: [0-9a-f]{12,40} \(".+"\)$')
@@ -118,4 +120,48 @@ def check_series(src: Path) -> list[Finding]:
         fixes = _FIXES.findall(message(text))
         info(f"{p.name}: {'ok' if not got else 'NOT ok'}"
              + (f" ({'; '.join(fixes)})" if fixes else ""))
+    return found
+
+
+EACH_COMMIT = "each-commit"     # kernels/each-commit: the worktree of --builds
+
+
+def build_each_commit(profile: str) -> list[Finding]:
+    """Each commit of the series built on its own with `profile`: a detached
+    worktree of the work tree's git (kernels/each-commit/linux) checked out
+    at each commit in turn, one build directory, so each build is
+    incremental (and ccache has the rest). The options of config/features.config
+    that a commit's Kconfig does not declare yet are left out."""
+    src = tree.src_dir("patched")
+    st = tree.status()
+    if not st.clean:
+        raise TreeError("the work tree and patches/ differ: --builds builds the work "
+                        "tree's commits, which must be the series",
+                        hint="ptlab export (or ptlab tree), then ptlab check --builds")
+    log = subprocess.run(["git", "-C", str(src), "log", "--reverse", "--format=%H",
+                          f"{tree.BASE_TAG}..HEAD"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    pats = tree.series()
+    if len(log) != len(pats):
+        raise TreeError(f"{len(log)} commits in the work tree, {len(pats)} patches in "
+                        "patches/series", hint="ptlab tree --force re-applies the series")
+    kdir = tree.kernel_dir(EACH_COMMIT)
+    wt = kdir / "linux"
+    if not (wt / ".git").exists():
+        kdir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "-C", str(src), "worktree", "prune"], check=True)
+        subprocess.run(["git", "-C", str(src), "worktree", "add", "-q", "--detach", str(wt),
+                        tree.BASE_TAG], check=True)
+    found = []
+    step(f"build each of {len(log)} commits on its own ({profile} profile) in {wt}")
+    for n, (sha, patch) in enumerate(zip(log, pats), 1):
+        subprocess.run(["git", "-C", str(wt), "checkout", "-q", "--detach", sha], check=True)
+        t0 = time.monotonic()
+        try:
+            build.build_kernel(wt, kdir, profile)
+            info(f"{n}/{len(log)} {patch.name}: builds ({time.monotonic() - t0:.0f} s)")
+        except (BuildError, ConfigError) as e:
+            found.append(Finding(patch.name, f"does not build on its own ({profile}): {e}"
+                                 + (f"\n{e.details}" if getattr(e, "details", "") else "")))
+            info(f"{n}/{len(log)} {patch.name}: DOES NOT BUILD")
     return found

@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -12,7 +13,8 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from . import bench, build, check, deps, index, run, guest, kconfig, results, soak, splat, suites, tree
+from . import (bench, build, check, compare, deps, here, index, run, guest, kconfig,
+               results, soak, splat, suites, tree)
 from .common import REPO, LabError, cache_dir, info, step, warn
 
 
@@ -42,9 +44,13 @@ def cmd_check(args) -> int:
     deps.ensure_apt()
     src = tree.ensure_patched(force=False)
     found = check.check_series(src)
+    if args.builds:
+        found += check.build_each_commit(args.builds)
     for f in found:
         print(f"\n{f.patch}: {f.what}")
-    print(f"\n{len(tree.series())} patches checked, {len({f.patch for f in found})} with findings")
+    print(f"\n{len(tree.series())} patches checked"
+          + (f", each built on its own ({args.builds})" if args.builds else "")
+          + f", {len({f.patch for f in found})} with findings")
     return 1 if found else 0
 
 
@@ -250,10 +256,20 @@ def cmd_parse(args) -> int:
 
 def cmd_shell(args) -> int:
     kernel = "vanilla" if args.vanilla else "patched"
+    if args.host_root and not args.exec:
+        raise LabError("--host-root runs the command of --exec", hint="add --exec CMD")
     vmlinux, st_dir, ours = prepare(kernel, args.profile, force_tree=False)
+    if args.host_root:
+        cfg = kconfig.parse((build.build_dir(tree.kernel_dir(kernel), args.profile)
+                             / ".config").read_text())
+        if cfg.get("CONFIG_9P_FS") != "y" or cfg.get("CONFIG_NET_9P_VIRTIO") != "y":
+            raise LabError(f"the {args.profile} kernel has no 9p over virtio for the "
+                           "host's files (config/base.config turns it off)",
+                           hint="--profile package: the kernel of `ptlab package`")
     bins = _binaries(suites.ALL, st_dir, ours)
     return guest.shell(vmlinux, bins, _run_dir(f"shell-{kernel}"), command=args.exec or "",
-                       append=args.append, timeout=args.timeout)
+                       append=args.append, timeout=args.timeout,
+                       host_root=Path.cwd() if args.host_root else None)
 
 
 def cmd_soak(args) -> int:
@@ -290,8 +306,44 @@ def cmd_bench(args) -> int:
         raise LabError(f"--icount {args.icount}: QEMU takes a shift of 0 to 10")
     outdir = Path(args.out).resolve() if args.out else None
     sizes = "quick" if args.quick else "full" if args.full else "default"
+    if args.here:
+        given = [o for o, v in (("--a", args.a != "vanilla"), ("--b", args.b != "patched"),
+                                ("--sysctl", args.sysctl), ("--icount", args.icount is not None))
+                 if v]
+        if given:
+            raise LabError(f"--here measures the running kernel: {', '.join(given)} "
+                           "name(s) a kernel to boot",
+                           hint="set sysctls with sysctl(8) before the run; compare two "
+                                "runs with `ptlab compare A B`")
+        return here.run_here(args.only, args.reps, sizes, outdir)
     return bench.run_bench(args.a, args.b, args.only, args.reps, sizes, outdir,
                            bench_sysctls(args.sysctl), args.icount)
+
+
+def cmd_compare(args) -> int:
+    return compare.run_compare(args.x, args.y, args.floor, args.out)
+
+
+def cmd_package(args) -> int:
+    """Debian packages of the kernels (build.build_package), copied to --out"""
+    deps.ensure_apt()
+    out = Path(args.out).resolve() if args.out else cache_dir() / "packages"
+    out.mkdir(parents=True, exist_ok=True)
+    images = []
+    for name in args.kernel or ["vanilla", "patched"]:
+        build.build_kernel(kernel_src(name), tree.kernel_dir(name), "package")
+        for deb in sorted(tree.kernel_dir(name).glob("*.deb")):
+            if deb.name.startswith("linux-libc-dev"):
+                continue        # the uapi headers of /usr/include: not for a test kernel
+            shutil.copy2(deb, out / deb.name)
+            images += [out / deb.name] if deb.name.startswith("linux-image-") else []
+            print(out / deb.name)
+    print(f"\non a Debian 12 x86-64 machine: apt install {' '.join('./' + i.name for i in images)}"
+          "\nthen boot each kernel in turn (the GRUB menu, \"Advanced options\") and run, "
+          "as root, from this repository:\n  ./ptlab bench --here --out RUN-OF-THAT-KERNEL\n"
+          "and last: ./ptlab compare RUN-OF-VANILLA RUN-OF-PATCHED --out REPORT "
+          "(docs/lab.md, \"On your own hardware\")")
+    return 0
 
 
 def bench_sysctls(items: list[str]) -> dict[str, list[str]]:
@@ -321,7 +373,8 @@ Everything it needs is installed on first use (Debian packages); kernels,
 builds and run logs live in ~/.cache/ptlab (PTLAB_CACHE moves it)."""
 
 PROFILE_HELP = ("kernel configuration: debug (lockdep, DEBUG_VM; the default), "
-                "perf (what benchmarks run), kasan (debug + KASAN)")
+                "perf (what benchmarks run), kasan (debug + KASAN), package (perf for "
+                "real machines: the image of `ptlab package`'s linux-image .deb)")
 
 
 def _kernel_name(name: str) -> str:
@@ -380,7 +433,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the guest's clock counts executed instructions (QEMU -icount "
                         "shift=SHIFT, default 0: 1 ns each), not the host's time: "
                         "deterministic figures for single-threaded work; TCG, one host thread")
+    s.add_argument("--here", action="store_true",
+                   help="run the benchmark programs on the kernel that runs ptlab (a real "
+                        "machine, as root), --reps times each, no boot; one kernel's "
+                        "results.json for `ptlab compare A B`")
     s.set_defaults(fn=cmd_bench)
+    s = sub.add_parser("compare", help="a report against its noise floor, or two "
+                                       "`bench --here` runs as an A/B report",
+                       description="compare RUN FLOOR: RUN's ratios, each marked where it "
+                                   "lies outside the spread of FLOOR (one kernel against "
+                                   "itself). compare A B: two `bench --here` runs made into "
+                                   "the A/B report of `ptlab bench` (report.md, results.json, "
+                                   "plots), marked against --floor if given.")
+    s.add_argument("x", metavar="RUN|A", help="a report directory (or its results.json)")
+    s.add_argument("y", metavar="FLOOR|B", help="a report directory (or its results.json)")
+    s.add_argument("--floor", metavar="FLOOR",
+                   help="with two --here runs: the A/B report of one kernel against itself")
+    s.add_argument("--out", metavar="DIR",
+                   help="write the report here (default for two --here runs: a new "
+                        "directory under the cache's runs/; else only printed)")
+    s.set_defaults(fn=cmd_compare)
+    s = sub.add_parser("package", help="Debian packages of the vanilla and patched kernels "
+                                       "for a real machine (make bindeb-pkg)")
+    s.add_argument("kernel", nargs="*", type=_kernel_name, metavar="KERNEL",
+                   help="vanilla and/or patched (default: both)")
+    s.add_argument("--out", metavar="DIR",
+                   help="where the .deb files go (default: the cache's packages/)")
+    s.set_defaults(fn=cmd_package)
     s = sub.add_parser("parse", help="judge a finished test run again, without booting")
     s.add_argument("run_dir", nargs="?", metavar="RUN_DIR",
                    help="a run directory (default: the cache's runs/latest)")
@@ -407,6 +486,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a kernel parameter more (repeatable), e.g. trace_event=tlb:tlb_flush")
     s.add_argument("--timeout", type=int, default=3600,
                    help="with --exec: seconds before QEMU is killed (default 3600)")
+    s.add_argument("--host-root", action="store_true",
+                   help="with --exec: run CMD in the host's files (its / read-only over "
+                        "9p, the lab's cache read-write), from this directory: the guest "
+                        "as a stand-in for a real machine, e.g. --exec './ptlab bench "
+                        "--here ...'; needs --profile package")
     s.add_argument("--profile", default="debug", choices=tuple(kconfig.PROFILES),
                    help=PROFILE_HELP)
     s.set_defaults(fn=cmd_shell)
@@ -427,6 +511,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_export)
     s = sub.add_parser("check", help="checkpatch --strict, Signed-off-by and Fixes: tags "
                                      "of every patch in patches/series")
+    s.add_argument("--builds", nargs="?", const="debug", choices=tuple(kconfig.PROFILES),
+                   metavar="PROFILE",
+                   help="also build each commit of the series on its own (default profile "
+                        "debug): incremental, ~1-10 min a commit on 2 CPUs")
     s.set_defaults(fn=cmd_check)
     s = sub.add_parser("index", help="write results/README.md, the index of the "
                                      "committed benchmark reports")

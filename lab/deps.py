@@ -20,6 +20,11 @@ APT_GUEST = ["qemu-system-x86", "busybox-static", "bash-static", "stress-ng", "n
 APT_PYTHON = ["python3-pytest", "python3-matplotlib"]
 # checkpatch.pl's SPDX check runs scripts/spdxcheck.py, which imports ply and git
 APT_CHECK = ["python3-ply", "python3-git"]
+# `ptlab package` only: make bindeb-pkg's debian/rules runs debhelper
+APT_PACKAGE = ["debhelper", "dpkg-dev"]
+# `ptlab bench --here` on a real machine: the programs' build and the plots,
+# and the host's redis-server that bench_redis runs (no QEMU, no guest tools)
+APT_HERE = APT_BUILD + APT_SELFTESTS + APT_PYTHON + ["redis-server"]
 APT_ALL = APT_BUILD + APT_SELFTESTS + APT_GUEST + APT_PYTHON + APT_CHECK
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 

@@ -283,16 +283,30 @@ def collect(workdir: Path, wall: float = 0.0) -> Outcome:
                    splat.dropped(text), ch.setup, ch.dmesg is not None)
 
 
+def host_root_args(cwd: Path) -> tuple[list[str], list[str]]:
+    """(QEMU arguments, kernel parameters) that give the guest's init the
+    host's files: / read-only and the lab's cache read-write over 9p, the
+    command run in them (chroot) from `cwd`"""
+    fs = "local,security_model=none,multidevs=remap,path="
+    return (["-virtfs", f"{fs}/,mount_tag=ptlab-host,readonly=on",
+             "-virtfs", f"{fs}{cache_dir()},mount_tag=ptlab-cache"],
+            [f"ptlab.hostroot={cwd}", f"ptlab.cache={cache_dir()}"])
+
+
 def shell(vmlinux: Path, bins: list[Path], workdir: Path, machine: Machine = DEFAULT,
-          command: str = "", append: list[str] = (), timeout: int = 3600) -> int:
+          command: str = "", append: list[str] = (), timeout: int = 3600,
+          host_root: Path | None = None) -> int:
     """Boot with the console on this terminal and a shell instead of the plan;
     with `command`, run it (sh -c, in /ptlab/bin, stdin /dev/null) and power
     off: the exit status is the command's, QEMU is killed after `timeout`
-    seconds. `append`: more kernel parameters."""
+    seconds. `append`: more kernel parameters. `host_root`: run `command`
+    in the host's files from that directory (host_root_args())."""
     workdir.mkdir(parents=True, exist_ok=True)
     cpio = make_initramfs(workdir, [], bins, shell=True, command=command)
     accel = probe_accel(vmlinux)
-    machine = replace(machine, cmdline=(*machine.cmdline, *append))
+    qemu, params = host_root_args(host_root) if host_root else ([], [])
+    machine = replace(machine, cmdline=(*machine.cmdline, *append, *params),
+                      extra=[*machine.extra, *qemu])
     results = workdir / "results.txt"
     results.write_text("")
     args = machine.qemu_args(accel, str(vmlinux), str(cpio), ["-serial", "mon:stdio"],

@@ -17,7 +17,8 @@ the reports' `results.json` (do not edit by hand). A report is one `ptlab bench`
 A over interleaved boots; each ratio is B's median over A's, the headline of each benchmark
 being its first metric with a ratio (the report has them all, with min and max). A report of a
 kernel against itself ("floor") is a noise floor: read a ratio against the floor of the same
-machine and sizes. Reports older than 2026-11-28 do not record their machine; they were all
+machine and sizes (`./ptlab compare RUN FLOOR` marks each ratio outside it). A "--here" run
+measured one kernel on the machine that ran it (`./ptlab compare A B` pairs two). Reports older than 2026-11-28 do not record their machine; they were all
 measured on 2-core hosts under QEMU TCG.
 """
 
@@ -44,6 +45,9 @@ def _row(path: Path, data: dict, results: Path) -> tuple[str, str]:
     ks = data.get("kernels") if isinstance(data.get("kernels"), dict) else {}
     a, b = (_side(ks.get(s) if isinstance(ks.get(s), dict) else {}) for s in ("a", "b"))
     what = f"{a} vs {a} (floor)" if a == b else f"{b} vs {a}"
+    if data.get("kind") == "here":      # one kernel, `ptlab bench --here`
+        k = data.get("kernel") if isinstance(data.get("kernel"), dict) else {}
+        what = f"{k.get('name', '?')}, running (--here)"
     m = data.get("machine") if isinstance(data.get("machine"), dict) else None
     mach = f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores" if m else "-"
     clock = data.get("clock") or "host"

@@ -1,6 +1,8 @@
 """Kernel configuration from the repo's fragments, the way kunit_config does
-it: defconfig + kvm_guest.config + config/base.config + config/<profile>.config
-(a profile may build on another: kasan = debug + kasan.config)
+it: defconfig + kvm_guest.config + config/base.config (the lab's guest) +
+config/mm.config + config/<profile>.config (a profile may build on another:
+kasan = debug + kasan.config; package = perf + package.config, without
+base.config's trimming: a kernel for real machines)
 (+ config/features.config: options of our series, ignored on a tree whose
 Kconfig does not know them), merged with scripts/kconfig/merge_config.sh,
 then olddefconfig, then a check that every requested option survived."""
@@ -12,14 +14,19 @@ from pathlib import Path
 from .common import CONFIG_DIR, ConfigError, info, run, sha256_files, step
 
 # profile -> the profiles its fragments build on: kasan is debug + KASAN
-PROFILES = {"debug": (), "perf": (), "kasan": ("debug",)}
+PROFILES = {"debug": (), "perf": (), "kasan": ("debug",), "package": ("perf",)}
+# The profiles whose kernels only the lab's guest boots: config/base.config
+# turns off what it lacks (hardware, filesystems, modules). A package is for
+# real machines too: defconfig's drivers stay.
+GUEST_ONLY = ("debug", "perf", "kasan")
 _LINE = re.compile(r"^(CONFIG_\w+)=(.*)$|^# (CONFIG_\w+) is not set$")
 
 
 def fragments(profile: str) -> list[Path]:
     if profile not in PROFILES:
         raise ConfigError(f"unknown profile {profile!r}", hint=f"one of {', '.join(PROFILES)}")
-    out = [CONFIG_DIR / "base.config"]
+    out = [CONFIG_DIR / "base.config"] if profile in GUEST_ONLY else []
+    out += [CONFIG_DIR / "mm.config"]
     out += [CONFIG_DIR / f"{p}.config" for p in (*PROFILES[profile], profile)]
     feat = CONFIG_DIR / "features.config"
     return out + ([feat] if feat.exists() else [])

@@ -15,13 +15,20 @@ def test_every_profile_has_its_fragment():
 
 
 def test_kasan_builds_on_debug():
-    assert names("kasan")[:3] == ["base.config", "debug.config", "kasan.config"]
+    assert names("kasan")[:4] == ["base.config", "mm.config", "debug.config", "kasan.config"]
     assert kconfig.baseline_profile("kasan") == "debug"
 
 
 def test_plain_profiles():
-    assert names("perf")[:2] == ["base.config", "perf.config"]
+    assert names("perf")[:3] == ["base.config", "mm.config", "perf.config"]
     assert kconfig.baseline_profile("perf") == "perf"
+
+
+def test_a_package_is_not_trimmed_for_the_guest():
+    """`ptlab package`: perf's options and the mm under test, but defconfig's
+    drivers and filesystems (base.config's trimming) kept for real machines"""
+    assert names("package")[:3] == ["mm.config", "perf.config", "package.config"]
+    assert kconfig.baseline_profile("package") == "perf"
 
 
 def test_unknown_profile():

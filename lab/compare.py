@@ -1,0 +1,172 @@
+"""`ptlab compare`: reading reports against each other, apart from measuring
+them (the way mmtests keeps collecting and comparing apart).
+
+- `compare RUN FLOOR`: RUN's ratios, each marked where it lies outside the
+  spread that FLOOR (a report of one kernel against itself, same machine
+  and sizes) shows for the same metric.
+- `compare A B [--floor FLOOR]`: two runs of `ptlab bench --here` (one kernel
+  each, e.g. vanilla and patched installed on one machine) made into the A/B
+  report an in-QEMU `ptlab bench` writes: results.json, report.md, plots.
+
+The floor's spread of a metric is the range of its per-pair ratios: the
+i-th value of B over the i-th value of A, the two boots of one interleaved
+pair (or the i-th repetition of each --here run), together with the ratio
+of the medians. A ratio outside it differs more than the same kernel ever
+did from itself in the floor's runs; inside, the difference is not shown
+by this machine's measure. For a count (IPIs, pages) the floor is usually
+[1.000-1.000]: any difference is outside."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from . import bench, index
+from .common import RESULTS_DIR, LabError, cache_dir, info
+
+
+def load(path: str | Path) -> tuple[Path, dict]:
+    """A report directory or its results.json -> (directory, data)"""
+    p = Path(path)
+    f = p / "results.json" if p.is_dir() else p
+    if not f.is_file():
+        raise LabError(f"{path}: no results.json there",
+                       hint="a report directory of `ptlab bench` or `ptlab bench --here`")
+    try:
+        data = json.loads(f.read_text())
+    except ValueError as e:
+        raise LabError(f"{f}: not JSON ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks") or data.get("runs"),
+                                                    dict):
+        raise LabError(f"{f}: not a report of ptlab bench (no benchmarks)")
+    return f.parent, data
+
+
+def is_here(data: dict) -> bool:
+    return data.get("kind") == "here"
+
+
+def spread(metric: dict) -> dict | None:
+    """The floor's spread of one metric (see the module's doc), or None
+    when the floor has no pair of values for it."""
+    vals = metric.get("values") or {}
+    pairs = [(a, b) for a, b in zip(vals.get("a") or [], vals.get("b") or []) if a]
+    ratios = [b / a for a, b in pairs]
+    if metric.get("ratio") is not None:
+        ratios.append(metric["ratio"])
+    if not ratios:
+        return None
+    return {"lo": min(ratios), "hi": max(ratios), "pairs": len(pairs)}
+
+
+def mark(ratio: float | None, floor: dict | None, better: str) -> str:
+    """'' inside the floor's spread (or nothing to read it against); else
+    'better' or 'worse' by the metric's direction"""
+    if ratio is None or floor is None:
+        return ""
+    if floor["lo"] <= ratio <= floor["hi"]:
+        return ""
+    up = ratio > floor["hi"]
+    return "better" if up == (better == "higher") else "worse"
+
+
+def annotate(data: dict, floor: dict, floor_name: str) -> int:
+    """Add each metric's floor spread and mark to `data` (a report's
+    results.json); returns how many ratios lie outside their spread."""
+    outside = 0
+    fb = floor.get("benchmarks") or {}
+    for name, entry in data["benchmarks"].items():
+        for m, e in entry["metrics"].items():
+            fm = (fb.get(name) or {}).get("metrics", {}).get(m)
+            sp = spread(fm) if fm else None
+            e["floor"] = sp
+            e["mark"] = mark(e.get("ratio"), sp, e["better"])
+            outside += bool(e["mark"])
+    data["floor"] = floor_name
+    return outside
+
+
+def floor_check(data: dict, floor: dict) -> list[str]:
+    """What makes FLOOR a poor measure for RUN: not a floor, other sizes,
+    another machine, another clock."""
+    out = []
+    ks = floor.get("kernels") or {}
+    names = {(ks.get(s) or {}).get("name") for s in ("a", "b")}
+    sysctls = [tuple((ks.get(s) or {}).get("sysctls") or []) for s in ("a", "b")]
+    if len(names) != 1 or sysctls[0] != sysctls[1]:
+        out.append("the floor is not a kernel against itself")
+    for key in ("sizes", "clock", "accel"):
+        if data.get(key) != floor.get(key):
+            out.append(f"{key}: {data.get(key)} here, {floor.get(key)} in the floor")
+    m, fm = data.get("machine") or {}, floor.get("machine") or {}
+    if (m.get("cpu"), m.get("cores")) != (fm.get("cpu"), fm.get("cores")):
+        out.append(f"machine: {m.get('cpu', '?')} ({m.get('cores', '?')} cores) here, "
+                   f"{fm.get('cpu', '?')} ({fm.get('cores', '?')} cores) in the floor")
+    return out
+
+
+def pair(a: dict, b: dict, a_name: str, b_name: str) -> dict:
+    """Two --here runs -> the results.json of an A/B report"""
+    for what, d in (("A", a), ("B", b)):
+        if not is_here(d):
+            raise LabError(f"{what} is not a run of `ptlab bench --here`",
+                           hint="compare an A/B report with its floor as "
+                                "`ptlab compare RUN FLOOR`")
+    if a.get("sizes") != b.get("sizes"):
+        raise LabError(f"A ran the {a.get('sizes')} sizes, B the {b.get('sizes')} ones")
+    names = [n for n in a["runs"] if n in b["runs"]]
+    if not names:
+        raise LabError("A and B have no benchmark in common")
+    benches = [next(x for x in bench.BENCHES if x.name == n) for n in names
+               if any(x.name == n for x in bench.BENCHES)]
+    runs = {n: {"a": [tuple(r) for r in a["runs"][n]], "b": [tuple(r) for r in b["runs"][n]]}
+            for n in names}
+    sizes = {**(a.get("sizes_used") or {}), **(b.get("sizes_used") or {})}
+    ma, mb = a.get("machine") or {}, b.get("machine") or {}
+    return {"kernels": {"a": {**a["kernel"], "name": a_name},
+                        "b": {**b["kernel"], "name": b_name}},
+            "series_revision": b.get("series_revision") or a.get("series_revision"),
+            "repo_commit": b.get("repo_commit") or a.get("repo_commit"),
+            "machine": ma if ma == mb else {**ma, "note": f"B on {mb}"},
+            "profile": "installed", "accel": "none (the running kernel)",
+            "clock": "host", "sizes": a.get("sizes"),
+            "repetitions": min(a.get("repetitions") or 0, b.get("repetitions") or 0),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "order": f"A's run at {a.get('date')}, B's at {b.get('date')} (not interleaved)",
+            "workdir": "", "benchmarks": bench.aggregate(runs, benches, sizes)}
+
+
+def run_compare(x: str, y: str, floor: str | None, out: str | None) -> int:
+    xdir, xd = load(x)
+    ydir, yd = load(y)
+    if is_here(xd) or is_here(yd):
+        data = pair(xd, yd, xd["kernel"]["name"], yd["kernel"]["name"])
+        fdir, fd = load(floor) if floor else (None, None)
+        outdir = Path(out) if out else \
+            cache_dir() / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-compare"
+    else:
+        if floor:
+            raise LabError("two A/B reports: the second is the floor, --floor is for "
+                           "two --here runs", hint="ptlab compare RUN FLOOR")
+        data, (fdir, fd), outdir = xd, (ydir, yd), Path(out) if out else None
+    outside = None
+    if fd is not None:
+        for w in floor_check(data, fd):
+            info(f"note: {w}")
+        outside = annotate(data, fd, str(fdir))
+    if outdir is not None:
+        bench.write_report(outdir, data)
+        bench.plot(outdir)
+        bench.write_report(outdir, data)
+        if RESULTS_DIR in outdir.resolve().parents:
+            info(f"{index.write_index()}: the index of the reports, with this one")
+    a, b = data["kernels"]["a"]["name"], data["kernels"]["b"]["name"]
+    for name, entry in data["benchmarks"].items():
+        print(bench.table(name, entry, f"A={a}", f"B={b}"))
+        print()
+    if outside is not None:
+        n = sum(len(e["metrics"]) for e in data["benchmarks"].values())
+        print(f"{outside} of {n} ratios outside the floor's spread ({fdir})")
+    if outdir is not None:
+        print(f"report: {outdir}/report.md")
+    return 0
