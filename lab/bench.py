@@ -211,7 +211,8 @@ def write_report(outdir: Path, data: dict) -> None:
           f"- A: {data['kernels']['a']['desc']}", f"- B: {data['kernels']['b']['desc']}",
           f"- profile {data['profile']}, accelerator {data['accel']}, "
           f"guest clock {data.get('clock', 'host')}, sizes {data['sizes']}, "
-          f"{data['repetitions']} interleaved boots per kernel, {data['date']}",
+          f"{data['repetitions']} "
+          + ("runs" if data.get("here") else "interleaved boots") + f" per kernel, {data['date']}",
           f"- series revision: {data['series_revision']}"
           + (f", repository {data['repo_commit']}" if data.get("repo_commit") else "")
           + (f"; **{data['workdir']}**" if data.get("workdir") else ""),

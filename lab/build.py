@@ -114,8 +114,10 @@ def build_package(src: Path, kernel_dir: Path, build: Path) -> list[Path]:
     version = subprocess.run(["make", "-s", "-C", str(src), "kernelversion"],
                              capture_output=True, text=True).stdout.strip()
     step(f"build {kernel_dir.name} kernel ({version}{local}), -j{jobs()} with ccache")
+    # KBUILD_BUILD_VERSION: the "#1" of uname -v, which bindeb-pkg sets to
+    # the package's revision; the same here, or each build links anew
     make = ["make", "-C", str(src), f"O={build}", f"-j{jobs()}", "CC=ccache gcc",
-            f"LOCALVERSION={local}", "KBUILD_VERBOSE=0"]
+            f"LOCALVERSION={local}", "KBUILD_BUILD_VERSION=1", "KBUILD_VERBOSE=0"]
     _make_with_progress([*make, "all"], build / "ptlab-build.log",
                         f"{kernel_dir.name}/package", "kernel-package")
     # packaging again takes a minute: only when the image or a module is newer
@@ -147,6 +149,7 @@ def package_image(debs: list[Path], build: Path) -> Path:
     deb = next(d for d in debs if d.name.startswith("linux-image-") and "-dbg_" not in d.name)
     out = build / "package-root"
     subprocess.run(["rm", "-rf", str(out)], check=True)
+    out.mkdir(parents=True)
     run(["dpkg-deb", "-x", str(deb), str(out)], err=BuildError, what=f"dpkg-deb -x {deb.name}")
     images = sorted((out / "boot").glob("vmlinuz-*"))
     if not images:

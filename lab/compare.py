@@ -133,7 +133,7 @@ def pair(a: dict, b: dict, a_name: str, b_name: str) -> dict:
             "repetitions": min(a.get("repetitions") or 0, b.get("repetitions") or 0),
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "order": f"A's run at {a.get('date')}, B's at {b.get('date')} (not interleaved)",
-            "workdir": "", "benchmarks": bench.aggregate(runs, benches, sizes)}
+            "workdir": "", "here": True, "benchmarks": bench.aggregate(runs, benches, sizes)}
 
 
 def run_compare(x: str, y: str, floor: str | None, out: str | None) -> int:

@@ -132,7 +132,8 @@ def run_here(names: list[str], reps: int, sizes: str, outdir: Path | None) -> in
                     + f" ({time.monotonic() - t0:.0f} s)")
     data = {"kind": "here", "kernel": kernel,
             "series_revision": tree.patches_hash()[:12], "repo_commit": bench.repo_commit(),
-            "machine": bench.host_machine(qemu=False), "sizes": sizes, "repetitions": reps,
+            "machine": bench.host_machine(qemu=False), "accel": "none (the running kernel)",
+            "clock": "host", "sizes": sizes, "repetitions": reps,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "workdir": bench.workdir_state(kernel_tree=False),
             "splats": splats, "sizes_used": used, "runs": runs}
