@@ -306,9 +306,10 @@ def order(rep: int) -> tuple[str, str]:
 
 def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
               outdir: Path | None, sysctls: dict | None = None,
-              icount: int | None = None) -> int:
+              icount: int | None = None, profile: str = "perf") -> int:
     """`sysctls`: per side ("a", "b"), "name=value" items set at each boot.
-    `icount`: the guest's clock counts instructions (Machine.icount), TCG"""
+    `icount`: the guest's clock counts instructions (Machine.icount), TCG.
+    `profile`: perf, or package (the images of `ptlab package`)"""
     sysctls = sysctls or {}
     vm = replace(BENCH_MACHINE, icount=icount)
     if reps < 1:
@@ -318,7 +319,7 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
     kernels = {}
     for side, spec in (("a", a_spec), ("b", b_spec)):
         name, src = tree.resolve_kernel(spec)
-        vmlinux = build.build_kernel(src, tree.kernel_dir(name), "perf")
+        vmlinux = build.build_kernel(src, tree.kernel_dir(name), profile)
         set_ = list(sysctls.get(side, []))
         kernels[side] = {"name": spec, "dir": name, "vmlinux": vmlinux, "sysctls": set_,
                          "desc": tree.describe(name, src) + (f", with {', '.join(set_)}"
@@ -371,7 +372,7 @@ def run_bench(a_spec: str, b_spec: str, names: list[str], reps: int, sizes: str,
                         for s in ("a", "b")},
             "series_revision": tree.patches_hash()[:12],
             "repo_commit": repo_commit(), "machine": host_machine(),
-            "profile": "perf", "accel": accel, "clock": clock, "sizes": sizes,
+            "profile": profile, "accel": accel, "clock": clock, "sizes": sizes,
             "repetitions": reps,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "order": "ABBA",
             "workdir": state,

@@ -131,7 +131,8 @@ def build_each_commit(profile: str) -> list[Finding]:
     worktree of the work tree's git (kernels/each-commit/linux) checked out
     at each commit in turn, one build directory, so each build is
     incremental (and ccache has the rest). The options of config/features.config
-    that a commit's Kconfig does not declare yet are left out."""
+    that a commit's Kconfig does not declare yet are left out. A commit that
+    touches the mm selftests has them built too."""
     src = tree.src_dir("patched")
     st = tree.status()
     if not st.clean:
@@ -157,8 +158,12 @@ def build_each_commit(profile: str) -> list[Finding]:
     for n, (sha, patch) in enumerate(zip(log, pats), 1):
         subprocess.run(["git", "-C", str(wt), "checkout", "-q", "--detach", sha], check=True)
         t0 = time.monotonic()
+        touched = subprocess.run(["git", "-C", str(wt), "show", "--format=", "--name-only",
+                                  sha], capture_output=True, text=True).stdout.split()
         try:
             build.build_kernel(wt, kdir, profile)
+            if any(f.startswith("tools/testing/selftests/mm/") for f in touched):
+                build.build_selftests(wt, kdir)     # what the kernel's build leaves out
             info(f"{n}/{len(log)} {patch.name}: builds ({time.monotonic() - t0:.0f} s)")
         except (BuildError, ConfigError) as e:
             found.append(Finding(patch.name, f"does not build on its own ({profile}): {e}"

@@ -308,7 +308,8 @@ def cmd_bench(args) -> int:
     sizes = "quick" if args.quick else "full" if args.full else "default"
     if args.here:
         given = [o for o, v in (("--a", args.a != "vanilla"), ("--b", args.b != "patched"),
-                                ("--sysctl", args.sysctl), ("--icount", args.icount is not None))
+                                ("--sysctl", args.sysctl), ("--icount", args.icount is not None),
+                                ("--profile", args.profile != "perf"))
                  if v]
         if given:
             raise LabError(f"--here measures the running kernel: {', '.join(given)} "
@@ -317,7 +318,7 @@ def cmd_bench(args) -> int:
                                 "runs with `ptlab compare A B`")
         return here.run_here(args.only, args.reps, sizes, outdir)
     return bench.run_bench(args.a, args.b, args.only, args.reps, sizes, outdir,
-                           bench_sysctls(args.sysctl), args.icount)
+                           bench_sysctls(args.sysctl), args.icount, args.profile)
 
 
 def cmd_compare(args) -> int:
@@ -433,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the guest's clock counts executed instructions (QEMU -icount "
                         "shift=SHIFT, default 0: 1 ns each), not the host's time: "
                         "deterministic figures for single-threaded work; TCG, one host thread")
+    s.add_argument("--profile", default="perf", choices=("perf", "package"),
+                   help="the kernels' configuration: perf (the default), or package (the "
+                        "images of `ptlab package`, configured for real machines)")
     s.add_argument("--here", action="store_true",
                    help="run the benchmark programs on the kernel that runs ptlab (a real "
                         "machine, as root), --reps times each, no boot; one kernel's "
