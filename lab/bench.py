@@ -222,7 +222,8 @@ def write_report(outdir: Path, data: dict) -> None:
             if (m := data.get("machine")) else []),
           f"- order within each pair of boots: {data.get('order', 'AB')}",
           *([f"- floor: {data['floor']} (`ptlab compare`: \"**\" marks a ratio outside "
-             "the floor's spread of per-pair ratios)"] if data.get("floor") else []), "",
+             "the floor's spread: ratios between any two of its boots)"]
+            if data.get("floor") else []), "",
           "ratio = B median / A median; whether lower or higher is better is given per "
           "metric. Under TCG absolute times mean nothing; compare ratios with the noise "
           "floor of the same machine (results/README.md lists them; `ptlab compare RUN "

@@ -15,10 +15,18 @@ def metric(a, b, better="lower"):
     return e
 
 
-def test_spread_is_the_range_of_per_pair_ratios_and_the_medians_ratio():
+def test_spread_is_the_range_of_ratios_between_any_two_values_of_the_floor():
     sp = compare.spread(metric([10, 10, 10], [9, 10, 12]))
-    assert (sp["lo"], sp["hi"], sp["pairs"]) == (0.9, 1.2, 3)
+    assert (sp["lo"], sp["hi"], sp["values"]) == (0.75, 12 / 9, 6)
     assert compare.spread({"values": {}, "ratio": None}) is None
+
+
+def test_spread_pools_the_sides_of_a_floor_of_one_kernel():
+    """2026-11-28, purges per second under --icount: each pair's ratio is
+    within 0.88-1.33, the boots themselves 42.7-63.1"""
+    sp = compare.spread(metric([48.7, 47.4], [42.7, 63.1], better="higher"))
+    assert sp["lo"] == pytest.approx(42.7 / 63.1) and sp["hi"] == pytest.approx(63.1 / 42.7)
+    assert compare.mark(43.5 / 57.5, sp, "higher") == ""
 
 
 def test_a_count_with_a_flat_floor_is_marked_on_any_difference():
@@ -41,7 +49,7 @@ def test_annotate_marks_what_lies_outside_and_says_what_it_read_against():
     run = report([10, 10], [5, 6], b_name="patched")
     n = compare.annotate(run, report([10, 10], [9, 11]), "floor-dir")
     e = run["benchmarks"]["fork"]["metrics"]["fork_latency"]
-    assert n == 1 and e["mark"] == "better" and e["floor"]["lo"] == 0.9
+    assert n == 1 and e["mark"] == "better" and e["floor"]["lo"] == pytest.approx(9 / 11)
     assert run["floor"] == "floor-dir"
     assert "outside the floor: better" in bench.table("fork", run["benchmarks"]["fork"], "A", "B")
 
