@@ -99,7 +99,7 @@ def floor_check(data: dict, floor: dict) -> list[str]:
     sysctls = [tuple((ks.get(s) or {}).get("sysctls") or []) for s in ("a", "b")]
     if len(names) != 1 or sysctls[0] != sysctls[1]:
         out.append("the floor is not a kernel against itself")
-    for key in ("sizes", "clock", "accel"):
+    for key in ("sizes", "clock", "accel", "profile"):
         if data.get(key) != floor.get(key):
             out.append(f"{key}: {data.get(key)} here, {floor.get(key)} in the floor")
     m, fm = data.get("machine") or {}, floor.get("machine") or {}
