@@ -193,7 +193,8 @@ def table(name: str, entry: dict, a: str, b: str) -> str:
                           if s["n"] else "no samples")
         ratio = f"{e['ratio']:.3f}" if e["ratio"] is not None else "-"
         sp = e.get("floor")
-        fcell = (f" {'[' + format(sp['lo'], '.3f') + '-' + format(sp['hi'], '.3f') + ']':>15}"
+        hi = "inf" if sp and sp["hi"] is None else format(sp["hi"], ".3f") if sp else ""
+        fcell = (f" {'[' + format(sp['lo'], '.3f') + '-' + hi + ']':>15}"
                  if sp else f" {'-':>15}") if floor else ""
         rows.append(f"  {m:24} {e['unit']:6} {cell(e['a']):>28} {cell(e['b']):>28} "
                     f"{ratio:>7}{fcell}  ({e['better']} is better)"

@@ -123,13 +123,15 @@ def build_package(src: Path, kernel_dir: Path, build: Path) -> list[Path]:
     # packaging again takes a minute: only when the image or a module is newer
     order = build / "modules.order"
     built = [build / "arch/x86/boot/bzImage"] + \
-        [build / m.replace(".o", ".ko") for m in (order.read_text().split()
-                                                  if order.exists() else [])]
+        [build / (m[:-2] + ".ko") for m in (order.read_text().split()
+                                             if order.exists() else [])]
     newest = max(f.stat().st_mtime for f in built if f.exists())
     debs = sorted(kernel_dir.glob("*.deb"))
-    if any(d.name.startswith("linux-image-") for d in debs) and \
+    done = build / ".ptlab-packaged"      # written once bindeb-pkg has succeeded
+    if done.exists() and any(d.name.startswith("linux-image-") for d in debs) and \
             all(d.stat().st_mtime > newest for d in debs):
         return debs
+    done.unlink(missing_ok=True)
     for old in debs:
         old.unlink()
     step(f"make bindeb-pkg: the {kernel_dir.name} kernel's packages")
@@ -140,6 +142,7 @@ def build_package(src: Path, kernel_dir: Path, build: Path) -> list[Path]:
     if not any(d.name.startswith("linux-image-") for d in debs):
         raise BuildError(f"make bindeb-pkg made no linux-image package in {kernel_dir}",
                          details=", ".join(d.name for d in debs) or "no .deb at all")
+    done.write_text(" ".join(d.name for d in debs) + "\n")
     return debs
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import build, tree
-from .common import BuildError, ConfigError, TreeError, info, step
+from .common import BuildError, ConfigError, TreeError, info, run, step
 
 _FIXES = re.compile(r"^Fixes:.*$", re.M)
 _FIXES_OK = re.compile(r'^Fixes: [0-9a-f]{12,40} \(".+"\)$')
@@ -150,9 +150,9 @@ def build_each_commit(profile: str) -> list[Finding]:
     wt = kdir / "linux"
     if not (wt / ".git").exists():
         kdir.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "-C", str(src), "worktree", "prune"], check=True)
-        subprocess.run(["git", "-C", str(src), "worktree", "add", "-q", "--detach", str(wt),
-                        tree.BASE_TAG], check=True)
+        run(["git", "-C", str(src), "worktree", "prune"], err=TreeError)
+        run(["git", "-C", str(src), "worktree", "add", "-q", "--detach", str(wt),
+             tree.BASE_TAG], err=TreeError, what=f"git worktree add {wt}")
     found = []
     step(f"build each of {len(log)} commits on its own ({profile} profile) in {wt}")
     for n, (sha, patch) in enumerate(zip(log, pats), 1):

@@ -54,13 +54,18 @@ def spread(metric: dict) -> dict | None:
     when the floor has fewer than two values for it."""
     vals = metric.get("values") or {}
     pooled = [*(vals.get("a") or []), *(vals.get("b") or [])]
-    ratios = [x / y for i, x in enumerate(pooled) for j, y in enumerate(pooled)
-              if i != j and y]
+    # a 0 beside a non-zero value: the floor went from nothing to something,
+    # and any ratio lies within it; 0 beside 0 is the same
+    ratios = [x / y if y else (float("inf") if x else 1.0)
+              for i, x in enumerate(pooled) for j, y in enumerate(pooled) if i != j]
     if metric.get("ratio") is not None:
         ratios.append(metric["ratio"])
     if not ratios:
         return None
-    return {"lo": min(ratios), "hi": max(ratios), "values": len(pooled)}
+    hi = max(ratios)
+    # no upper bound: None, which JSON has (results.json), where inf is not
+    return {"lo": min(ratios), "hi": None if hi == float("inf") else hi,
+            "values": len(pooled)}
 
 
 def mark(ratio: float | None, floor: dict | None, better: str) -> str:
@@ -68,9 +73,10 @@ def mark(ratio: float | None, floor: dict | None, better: str) -> str:
     'better' or 'worse' by the metric's direction"""
     if ratio is None or floor is None:
         return ""
-    if floor["lo"] <= ratio <= floor["hi"]:
+    hi = float("inf") if floor["hi"] is None else floor["hi"]
+    if floor["lo"] <= ratio <= hi:
         return ""
-    up = ratio > floor["hi"]
+    up = ratio > hi
     return "better" if up == (better == "higher") else "worse"
 
 
@@ -99,9 +105,12 @@ def floor_check(data: dict, floor: dict) -> list[str]:
     sysctls = [tuple((ks.get(s) or {}).get("sysctls") or []) for s in ("a", "b")]
     if len(names) != 1 or sysctls[0] != sysctls[1]:
         out.append("the floor is not a kernel against itself")
+    # older reports do not say their clock: it was the host's
+    default = {"clock": "host"}
     for key in ("sizes", "clock", "accel", "profile"):
-        if data.get(key) != floor.get(key):
-            out.append(f"{key}: {data.get(key)} here, {floor.get(key)} in the floor")
+        mine, theirs = (d.get(key) or default.get(key) for d in (data, floor))
+        if mine != theirs:
+            out.append(f"{key}: {mine} here, {theirs} in the floor")
     m, fm = data.get("machine") or {}, floor.get("machine") or {}
     if (m.get("cpu"), m.get("cores")) != (fm.get("cpu"), fm.get("cores")):
         out.append(f"machine: {m.get('cpu', '?')} ({m.get('cores', '?')} cores) here, "
@@ -143,9 +152,17 @@ def pair(a: dict, b: dict, a_name: str, b_name: str) -> dict:
 def run_compare(x: str, y: str, floor: str | None, out: str | None) -> int:
     xdir, xd = load(x)
     ydir, yd = load(y)
-    if is_here(xd) or is_here(yd):
+    if is_here(xd) != is_here(yd):
+        raise LabError("one of the two is a run of `ptlab bench --here`, the other an A/B "
+                       "report", hint="two --here runs (compare A B), or an A/B report "
+                                      "and its floor (compare RUN FLOOR)")
+    if is_here(xd):
         data = pair(xd, yd, xd["kernel"]["name"], yd["kernel"]["name"])
         fdir, fd = load(floor) if floor else (None, None)
+        if fd is not None and is_here(fd):
+            raise LabError(f"--floor {floor} is one --here run, not a floor",
+                           hint="make the floor of two runs of one kernel: ptlab compare "
+                                "RUN1 RUN2 --out FLOOR")
         outdir = Path(out) if out else \
             cache_dir() / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-compare"
     else:

@@ -287,10 +287,19 @@ def host_root_args(cwd: Path) -> tuple[list[str], list[str]]:
     """(QEMU arguments, kernel parameters) that give the guest's init the
     host's files: / read-only and the lab's cache read-write over 9p, the
     command run in them (chroot) from `cwd`"""
+    cache = cache_dir().resolve()
+    for what, path in (("this directory", cwd), ("the lab's cache", cache)):
+        if re.search(r"[\s,'\"\\]", str(path)):
+            raise GuestError(f"{what}, {path}, has a space, comma, quote or backslash: it "
+                             "cannot go on the kernel command line or QEMU's -virtfs",
+                             hint="run from, and set PTLAB_CACHE to, a plain path")
     fs = "local,security_model=none,multidevs=remap,path="
+    # trace_event=: as for the benchmarks' guest (bench.BENCH_MACHINE): bench
+    # --here would otherwise enable tlb:tlb_flush at run time, which patches
+    # kernel text that TCG may then run stale
     return (["-virtfs", f"{fs}/,mount_tag=ptlab-host,readonly=on",
-             "-virtfs", f"{fs}{cache_dir()},mount_tag=ptlab-cache"],
-            [f"ptlab.hostroot={cwd}", f"ptlab.cache={cache_dir()}"])
+             "-virtfs", f"{fs}{cache},mount_tag=ptlab-cache"],
+            [f"ptlab.hostroot={cwd}", f"ptlab.cache={cache}", "trace_event=tlb:tlb_flush"])
 
 
 def shell(vmlinux: Path, bins: list[Path], workdir: Path, machine: Machine = DEFAULT,

@@ -17,25 +17,51 @@ from pathlib import Path
 from . import bench, build, deps, index, kconfig, splat, tree
 from .common import BENCH_DIR, RESULTS_DIR, LabError, cache_dir, info, step, warn
 
-TLB_EVENT = Path("/sys/kernel/tracing/events/tlb/tlb_flush/enable")
+TRACEFS = Path("/sys/kernel/tracing")
+TLB_EVENT = TRACEFS / "events/tlb/tlb_flush"
+
+
+def _read(f: Path) -> str | None:
+    try:
+        return f.read_text()
+    except OSError:
+        return None
 
 
 @contextmanager
 def tlb_event_enabled():
     """tlb:tlb_flush on for the run (bench.h counts whole-mm flushes with it;
-    the guest enables it from the kernel command line), put back after"""
-    was = TLB_EVENT.read_text().strip() if TLB_EVENT.exists() else None
-    if was == "0":
+    the guest enables it from the kernel command line); the event's enable
+    and filter and tracefs' tracing_on, which the programs write, put back
+    after"""
+    files = [TLB_EVENT / "enable", TLB_EVENT / "filter", TRACEFS / "tracing_on"]
+    saved = {f: _read(f) for f in files}
+    if saved[files[0]] is None:
+        warn(f"no {TLB_EVENT} (tracefs not mounted?): full flushes are not counted")
+    elif saved[files[0]].strip() == "0":
         try:
-            TLB_EVENT.write_text("1")
+            files[0].write_text("1")
         except OSError as e:
             warn(f"tlb:tlb_flush cannot be enabled ({e}): full flushes are not counted")
-            was = None
     try:
         yield
     finally:
-        if was == "0":
-            TLB_EVENT.write_text("0")
+        for f, text in saved.items():
+            # a filter reads back as "none" when there was none; "0" clears it
+            value = "0" if f.name == "filter" and text and text.strip() == "none" else text
+            if value is not None:
+                try:
+                    f.write_text(value.strip() + "\n")
+                except OSError as e:
+                    warn(f"{f} not put back ({e})")
+
+
+def compact() -> None:
+    """What the guest's init does before each program"""
+    try:
+        Path("/proc/sys/vm/compact_memory").write_text("1")
+    except OSError:
+        pass        # a kernel without CONFIG_COMPACTION: nothing to do
 
 
 def dmesg() -> list[str]:
@@ -104,7 +130,7 @@ def run_here(names: list[str], reps: int, sizes: str, outdir: Path | None) -> in
     with tlb_event_enabled():
         for rep in range(1, reps + 1):
             for b in benches:
-                Path("/proc/sys/vm/compact_memory").write_text("1")
+                compact()
                 before = dmesg()
                 t0 = time.monotonic()
                 argv = [str(bindir / b.argv[0]), *b.argv[1:], *size_arg]

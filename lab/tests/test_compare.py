@@ -94,3 +94,27 @@ def test_new_lines_are_what_the_kernel_logged_since():
     assert here.new_lines(["a", "b"], ["a", "b", "c"]) == ["c"]
     assert here.new_lines(["x"], ["b", "c"]) == ["b", "c"]     # wrapped: all of it
     assert here.new_lines([], ["c"]) == ["c"]
+
+
+def test_a_floor_that_went_from_nothing_to_something_holds_any_ratio():
+    sp = compare.spread(metric([0, 1], [1, 0]))
+    assert sp["lo"] == 0 and sp["hi"] is None       # unbounded, and JSON can say so
+    assert compare.mark(1.0, sp, "lower") == ""
+
+
+def test_a_here_run_beside_an_ab_report_or_as_the_floor_is_refused(tmp_path):
+    for d, data in (("h", here_run("k", [1, 2])), ("h2", here_run("k2", [1, 2])),
+                    ("ab", report([1], [1]))):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "results.json").write_text(json.dumps(data))
+    with pytest.raises(LabError):
+        compare.run_compare(str(tmp_path / "ab"), str(tmp_path / "h"), None, None)
+    with pytest.raises(LabError):
+        compare.run_compare(str(tmp_path / "h"), str(tmp_path / "h2"), str(tmp_path / "h"),
+                            str(tmp_path / "out"))
+
+
+def test_a_report_without_a_clock_was_measured_on_the_host_clock():
+    old = report([10], [10])
+    del old["clock"]
+    assert not any("clock" in n for n in compare.floor_check(old, report([10], [10])))
