@@ -113,3 +113,38 @@ def test_maintainers_globs_stay_in_one_directory():
     assert check.covered_by_maintainers("drivers/a/foo.c", pats)
     assert not check.covered_by_maintainers("drivers/a/b/foo.c", pats)
     assert check.covered_by_maintainers("include/linux/page-flags.h", pats)
+
+
+def test_check_builds_each_commit_and_names_the_patch_that_does_not(tmp_path, monkeypatch):
+    """`ptlab check --builds`: each commit of ptlab-base..HEAD built in turn in
+    a worktree; a failure is a finding of that commit's patch; a commit that
+    touches the mm selftests has them built too"""
+    import subprocess
+    from lab import build, check, tree
+    from lab.common import BuildError
+    src = tmp_path / "src"
+    src.mkdir()
+    git = lambda *a: subprocess.run(["git", "-C", str(src), *a], check=True,  # noqa: E731
+                                    capture_output=True, env={**tree.GIT_ID, "HOME": "/"})
+    git("init", "-q", "-b", "ptlab")
+    (src / "f").write_text("0")
+    git("add", "f"), git("commit", "-qm", "base"), git("tag", tree.BASE_TAG)
+    for n, path in ((1, "mm/a.c"), (2, "tools/testing/selftests/mm/t.c"), (3, "mm/b.c")):
+        (src / path).parent.mkdir(parents=True, exist_ok=True)
+        (src / path).write_text(str(n))
+        git("add", path), git("commit", "-qm", f"patch {n}")
+    monkeypatch.setattr(tree, "src_dir", lambda name: src)
+    monkeypatch.setattr(tree, "kernel_dir", lambda name: tmp_path / name)
+    monkeypatch.setattr(tree, "status", lambda: tree.Status(True, [], False))
+    monkeypatch.setattr(tree, "series", lambda: [tmp_path / f"000{n}-p.patch" for n in (1, 2, 3)])
+    seen, selftests = [], []
+
+    def fake_build(wt, kdir, profile):
+        seen.append((wt / "mm" / "b.c").exists())
+        if len(seen) == 3:
+            raise BuildError("make failed", details="mm/b.c: error")
+    monkeypatch.setattr(build, "build_kernel", fake_build)
+    monkeypatch.setattr(build, "build_selftests", lambda wt, kdir: selftests.append(len(seen)))
+    found = check.build_each_commit("debug")
+    assert seen == [False, False, True] and selftests == [2]
+    assert [f.patch for f in found] == ["0003-p.patch"] and "mm/b.c: error" in found[0].what
