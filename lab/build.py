@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from . import deps, kconfig
-from .common import (BENCH_DIR, GUEST_TESTS_DIR, BuildError, Progress, cache_dir, info, jobs, run,
+from .common import (BENCH_DIR, BuildError, Progress, cache_dir, info, jobs, run,
                      step)
 
 # Fixed so that a fresh tree at a new place, or another machine, hits the cache.
@@ -160,7 +160,12 @@ def package_image(debs: list[Path], build: Path) -> Path:
     return images[0]
 
 
-SELFTEST_NAMES_NEEDED = ("cow", "uffd-unit-tests", "migration", "madv_populate")
+# upstream's, and the series' own (its selftests patches): a build without
+# one of them is rebuilt
+SELFTEST_NAMES_NEEDED = ("cow", "uffd-unit-tests", "migration", "madv_populate",
+                         "pt_fork", "migration_walk", "pt_reclaim", "uffd_race",
+                         "uffd_move", "cow_pte", "cow_pte_race", "cow_pte_equiv",
+                         "cow_pte_diff")
 
 # Static, so that the initramfs needs no libraries, and position-independent,
 # so that the address space is laid out as for upstream's dynamically linked
@@ -225,9 +230,6 @@ def build_selftests(src: Path, kernel_dir: Path) -> Path:
     return bins
 
 
-GUEST_SOURCE_DIRS = (GUEST_TESTS_DIR, BENCH_DIR)
-
-
 def program_current(exe: Path, c: Path) -> bool:
     """Whether `exe` is a PIE built after its source `c` and the headers beside it"""
     return exe.exists() and is_pie(exe) and \
@@ -235,26 +237,25 @@ def program_current(exe: Path, c: Path) -> bool:
 
 
 def build_guest_programs(src: Path, kernel_dir: Path) -> Path:
-    """Our own guest tests (tests/guest/*.c) and benchmarks (bench/*.c), static
-    PIE, against the tree's uapi headers and kselftest_harness.h."""
+    """The benchmark programs (bench/*.c), static PIE, against the tree's uapi
+    headers. (The series' own tests are mm selftests: build_selftests().)"""
     out = kernel_dir / "guest-bin"
     out.mkdir(parents=True, exist_ok=True)
     hdr = kernel_dir / "selftests" / "usr" / "include"
-    for d in GUEST_SOURCE_DIRS:
-        for c in sorted(d.glob("*.c")):
-            exe = out / c.stem
-            if program_current(exe, c):
-                continue
-            run(["gcc", STATIC, "-O2", "-g", "-Wall", "-Werror", "-D_GNU_SOURCE",
-                 "-isystem", str(hdr), "-I", str(src / "tools/testing/selftests"),
-                 "-I", str(d), str(c), "-o", str(exe), "-lpthread", "-lnuma"],
-                err=BuildError, what=f"compile {c.relative_to(d.parent)}")
-            info(f"built {c.relative_to(d.parent)}")
+    for c in sorted(BENCH_DIR.glob("*.c")):
+        exe = out / c.stem
+        if program_current(exe, c):
+            continue
+        run(["gcc", STATIC, "-O2", "-g", "-Wall", "-Werror", "-D_GNU_SOURCE",
+             "-isystem", str(hdr), "-I", str(src / "tools/testing/selftests"),
+             "-I", str(BENCH_DIR), str(c), "-o", str(exe), "-lpthread", "-lnuma"],
+            err=BuildError, what=f"compile bench/{c.name}")
+        info(f"built bench/{c.name}")
     _check_pie(list(out.iterdir()))
     return out
 
 
 def programs(src: Path, kernel_dir: Path) -> tuple[Path, Path]:
     """What runs in the guest, built from the patched tree for both kernels
-    (tools/ does not change the kernel): (mm selftests dir, our programs dir)."""
+    (tools/ does not change the kernel): (mm selftests dir, benchmarks dir)."""
     return build_selftests(src, kernel_dir), build_guest_programs(src, kernel_dir)

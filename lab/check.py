@@ -126,13 +126,14 @@ def check_series(src: Path) -> list[Finding]:
 EACH_COMMIT = "each-commit"     # kernels/each-commit: the worktree of --builds
 
 
-def build_each_commit(profile: str) -> list[Finding]:
+def build_each_commit(profile: str, first: int = 1) -> list[Finding]:
     """Each commit of the series built on its own with `profile`: a detached
     worktree of the work tree's git (kernels/each-commit/linux) checked out
     at each commit in turn, one build directory, so each build is
     incremental (and ccache has the rest). The options of config/features.config
     that a commit's Kconfig does not declare yet are left out. A commit that
-    touches the mm selftests has them built too."""
+    touches the mm selftests has them built too. `first` (1-based) resumes
+    an interrupted run at that patch."""
     src = tree.src_dir("patched")
     st = tree.status()
     if not st.clean:
@@ -154,8 +155,10 @@ def build_each_commit(profile: str) -> list[Finding]:
         run(["git", "-C", str(src), "worktree", "add", "-q", "--detach", str(wt),
              tree.BASE_TAG], err=TreeError, what=f"git worktree add {wt}")
     found = []
-    step(f"build each of {len(log)} commits on its own ({profile} profile) in {wt}")
+    step(f"build each of {len(log) - first + 1} commits on its own ({profile} profile) in {wt}")
     for n, (sha, patch) in enumerate(zip(log, pats), 1):
+        if n < first:
+            continue
         subprocess.run(["git", "-C", str(wt), "checkout", "-q", "--detach", sha], check=True)
         t0 = time.monotonic()
         touched = subprocess.run(["git", "-C", str(wt), "show", "--format=", "--name-only",

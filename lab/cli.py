@@ -45,7 +45,7 @@ def cmd_check(args) -> int:
     src = tree.ensure_patched(force=False)
     found = check.check_series(src)
     if args.builds:
-        found += check.build_each_commit(args.builds)
+        found += check.build_each_commit(args.builds, args.first)
     for f in found:
         print(f"\n{f.patch}: {f.what}")
     print(f"\n{len(tree.series())} patches checked"
@@ -116,7 +116,7 @@ def run_unit_tests(run_dir) -> Counter:
 
 
 def prepare(kernel: str, profile: str, force_tree: bool):
-    """Everything a boot needs: (vmlinux, selftest dir, our guest programs)."""
+    """Everything a boot needs: (vmlinux, mm selftests dir, benchmark programs dir)."""
     deps.ensure_apt()
     patched = tree.ensure_patched(force=force_tree)
     src = tree.ensure_vanilla() if kernel == "vanilla" else patched
@@ -125,10 +125,11 @@ def prepare(kernel: str, profile: str, force_tree: bool):
     return vmlinux, st_dir, ours
 
 
-def _binaries(tests, st_dir, ours):
+def _binaries(tests, st_dir):
+    """The programs of `tests`: all in the mm selftests, the series' own tests too"""
     bins, missing = [], []
     for t in tests:
-        path = (ours if t.suite == "ptlab" else st_dir) / t.argv[0]
+        path = st_dir / t.argv[0]
         (bins if path.exists() else missing).append(path)
     if missing:
         raise LabError("test binaries missing: " + ", ".join(p.name for p in missing),
@@ -181,8 +182,8 @@ def cmd_test(args) -> int:
     extra = Counter()
     if not args.no_unit and not args.only:
         extra = run_unit_tests(run_dir)
-    vmlinux, st_dir, ours = prepare(kernel, args.profile, force_tree=bool(os.environ.get("CI")))
-    bins = _binaries(tests, st_dir, ours)
+    vmlinux, st_dir, _ = prepare(kernel, args.profile, force_tree=bool(os.environ.get("CI")))
+    bins = _binaries(tests, st_dir)
     # before the boot: an interrupted run can be judged with `ptlab parse`
     meta = {"kernel": kernel, "version": tree.kernel_version(tree.src_dir(kernel)),
             "profile": args.profile, "accel": guest.probe_accel(vmlinux),
@@ -258,7 +259,7 @@ def cmd_shell(args) -> int:
     kernel = "vanilla" if args.vanilla else "patched"
     if args.host_root and not args.exec:
         raise LabError("--host-root runs the command of --exec", hint="add --exec CMD")
-    vmlinux, st_dir, ours = prepare(kernel, args.profile, force_tree=False)
+    vmlinux, st_dir, _ = prepare(kernel, args.profile, force_tree=False)
     if args.host_root:
         cfg = kconfig.parse((build.build_dir(tree.kernel_dir(kernel), args.profile)
                              / ".config").read_text())
@@ -266,7 +267,7 @@ def cmd_shell(args) -> int:
             raise LabError(f"the {args.profile} kernel has no 9p over virtio for the "
                            "host's files (config/base.config turns it off)",
                            hint="--profile package: the kernel of `ptlab package`")
-    bins = _binaries(suites.ALL, st_dir, ours)
+    bins = _binaries(suites.ALL, st_dir)
     return guest.shell(vmlinux, bins, _run_dir(f"shell-{kernel}"), command=args.exec or "",
                        append=args.append, timeout=args.timeout,
                        host_root=Path.cwd() if args.host_root else None)
@@ -277,8 +278,8 @@ def cmd_soak(args) -> int:
         raise LabError("--minutes must be at least 1")
     deps.ensure_apt()
     run_dir = _run_dir(f"soak-{args.profile}")
-    vmlinux, st_dir, ours = prepare("patched", args.profile, force_tree=False)
-    bins = [ours / name for name in soak.RACE_PROGRAMS]
+    vmlinux, st_dir, _ = prepare("patched", args.profile, force_tree=False)
+    bins = [st_dir / name for name in soak.RACE_PROGRAMS]
     # every switch of the series at its all-on value (vm.cow_pte=2: every
     # fork shares), NUMA balancing on; --sysctl overrides by name
     sysctls = soak.sysctls(kconfig.all_on_sysctls(),
@@ -519,6 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="PROFILE",
                    help="also build each commit of the series on its own (default profile "
                         "debug): incremental, ~1-10 min a commit on 2 CPUs")
+    s.add_argument("--from", dest="first", type=int, default=1, metavar="N",
+                   help="with --builds, start at patch N (resume an interrupted run)")
     s.set_defaults(fn=cmd_check)
     s = sub.add_parser("index", help="write results/README.md, the index of the "
                                      "committed benchmark reports")

@@ -10,7 +10,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO / "config"
 PATCHES_DIR = REPO / "patches"
-GUEST_TESTS_DIR = REPO / "tests" / "guest"
 BENCH_DIR = REPO / "bench"
 RESULTS_DIR = REPO / "results"
 BASELINE_DIR = REPO / "baseline"

@@ -56,7 +56,7 @@ UNCONFINED_SHARE = 0.5
 LEFT_OUT = {"kasan": ("forkheavy",)}
 
 
-# Our programs that lab/guest/soak loops (tests/guest/*.c).
+# The series' selftests that lab/guest/soak loops (tools/testing/selftests/mm/).
 RACE_PROGRAMS = ("pt_reclaim", "migration_walk", "cow_pte_race", "cow_pte_equiv",
                  "uffd_race", "uffd_move")
 

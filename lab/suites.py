@@ -1,6 +1,6 @@
 """What `ptlab test` runs in the guest: the upstream mm selftests (a curated
 list in run_vmtests.sh's spirit, each with a timeout sized for TCG and a
-debug kernel) and our own guest tests (tests/guest/*.c)."""
+debug kernel) and the series' own, which its selftests patches add there."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -92,7 +92,8 @@ UPSTREAM = [
     _t("ksm", "ksm_tests", "-N", "-m", "0", test="ksm_tests-N0"),
 ]
 
-# Our own guest tests: tests/guest/<name>.c, built by lab/build.py.
+# The series' own tests: tools/testing/selftests/mm/<name>.c, added by its
+# selftests patches (0039-0042) and built with the mm selftests.
 OURS = [
     _t("ptlab", "pt_fork", timeout=600),
     _t("ptlab", "migration_walk", timeout=900, secs=91),
