@@ -563,7 +563,7 @@ static inline long pages_off_node(char *p, unsigned long n, int node)
 /* ---- COW page tables ------------------------------------------------- */
 
 #ifndef PR_SET_COW_PTE
-#define PR_SET_COW_PTE	0x43505445	/* the series' prctl (0017) */
+#define PR_SET_COW_PTE	0x43505445	/* the series' prctl (0026) */
 #endif
 #define COW_PTE_SYSCTL	"/proc/sys/vm/cow_pte"
 

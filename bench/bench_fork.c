@@ -23,7 +23,7 @@
  *     the median fork() of the loop (fork_loop_min/_median).
  * The parent checks its own data after each phase.
  *
- * --cow-pte asks for COW page tables (PR_SET_COW_PTE, patches 0013-0017);
+ * --cow-pte asks for COW page tables (PR_SET_COW_PTE, patches 0022-0026);
  * a kernel without them answers EINVAL, and the run goes on without.
  */
 #include <getopt.h>

@@ -114,7 +114,7 @@ OURS = [
     _t("ptlab", "cow_pte_diff", "-e", "-n", "60", timeout=1200, test="cow_pte_diff-e",
        secs=64),
     # both (-x -e), on seeds 2621-2630: 2628 moved pages of a PTE-mapped THP
-    # that vanilla refused to move (fixed by 0029)
+    # that vanilla refused to move (fixed by 0033)
     _t("ptlab", "cow_pte_diff", "-x", "-e", "-s", "2621", "-n", "10", timeout=600,
        test="cow_pte_diff-x-e", secs=17),
     # the same with both runs at 0 and at 2: the test's own determinism
